@@ -1,0 +1,1 @@
+"""Parley's asyncio side: pipeline, sessions, agent, transports, server and CLI."""

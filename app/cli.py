@@ -1,0 +1,45 @@
+"""The `parley` command. Each subcommand lives in its own module with `register(subparsers)`."""
+import argparse
+import importlib
+import logging
+import sys
+
+# Modules that each add one subcommand (or a group of them) to the parser.
+COMMAND_MODULES = (
+    "app.commands.serve",
+    "app.commands.converse",
+    "app.commands.chat",
+    "app.commands.mic",
+    "app.commands.llm",
+    "app.commands.train",
+    "app.commands.eval",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="parley", description="A real-time voice agent.")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log debug details")
+    subparsers = parser.add_subparsers(dest="command", required=True)
+    for name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name != name:
+                raise
+            continue  # a command still being built in this checkout
+        module.register(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    return args.func(args) or 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

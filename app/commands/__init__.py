@@ -1,0 +1,1 @@
+"""One module per `parley` subcommand."""

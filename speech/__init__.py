@@ -1,0 +1,1 @@
+"""Synchronous speech stages: audio conversions, turn detection, recognition and synthesis."""
