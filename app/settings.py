@@ -1,0 +1,63 @@
+"""One settings object for every mode: defaults, overridden by PARLEY_* environment variables, then CLI flags."""
+import dataclasses
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_LLM_DIR = REPO_ROOT / "llm" / "weights" / "parley-frontdesk"
+
+
+def _data_dir() -> Path:
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "parley"
+
+
+@dataclass(frozen=True)
+class Settings:
+    # server
+    host: str = "127.0.0.1"
+    port: int = 8000
+    ssl_certfile: str | None = None
+    ssl_keyfile: str | None = None
+    max_sessions: int = 4                 # concurrent voice sessions; more get 503
+    connect_timeout_s: float = 20.0       # a WebRTC offer that never connects is dropped after this
+    # models (None = the embedded default)
+    asr_model: str | None = None          # a CTranslate2 Whisper directory
+    voice: str | None = None              # a Piper .onnx voice (its .onnx.json beside it)
+    llm_model: str = str(DEFAULT_LLM_DIR)  # a parley, LLaDA or Dream checkpoint directory
+    llm_device: str | None = None         # None = cuda when available, else cpu
+    # the business the agent serves
+    profile: str | None = None            # business profile YAML; None = the shipped default
+    db_path: str = field(default_factory=lambda: str(_data_dir() / "appointments.sqlite3"))
+    # telephony
+    public_host: str | None = None        # host name Twilio reaches us on, for the TwiML stream URL
+    twilio_auth_token: str | None = None  # when set, X-Twilio-Signature is verified
+
+    def replace(self, **changes) -> "Settings":
+        """A copy with the given fields changed; None values are ignored (an absent CLI flag)."""
+        return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})
+
+
+def _coerce(value: str, like):
+    if isinstance(like, bool):
+        return value.lower() in ("1", "true", "yes", "on")
+    if isinstance(like, int):
+        return int(value)
+    if isinstance(like, float):
+        return float(value)
+    return value
+
+
+def from_env(environ=os.environ) -> Settings:
+    """Settings with PARLEY_<FIELD> environment variables applied (e.g. PARLEY_PORT=9000)."""
+    base = Settings()
+    changes = {}
+    for f in dataclasses.fields(Settings):
+        raw = environ.get(f"PARLEY_{f.name.upper()}")
+        if raw is not None:
+            try:
+                changes[f.name] = _coerce(raw, getattr(base, f.name))
+            except ValueError:
+                raise ValueError(f"PARLEY_{f.name.upper()}={raw!r} is not a valid {f.name}") from None
+    return base.replace(**changes)
