@@ -1,0 +1,1 @@
+"""Parley's diffusion language model: the transformer, checkpoint loading, the sampler and chat formats."""

@@ -1,0 +1,197 @@
+"""A bidirectional transformer for masked diffusion: LLaDA, Dream (Qwen2 layout) and Parley's own models.
+
+Pre-norm RMSNorm, rotate-half RoPE on absolute positions, grouped-query attention with no causal mask,
+SwiGLU MLP, untied output head. Module names follow LLaDA's checkpoint (`transformer.blocks.{i}.q_proj`, ...);
+llm/load.py maps the Qwen2 names of Dream onto them.
+"""
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import kernels
+
+
+@dataclass(frozen=True)
+class ModelArgs:
+    d_model: int = 256               # residual width (LLaDA d_model, Qwen2 hidden_size)
+    n_layers: int = 4
+    n_heads: int = 4                 # query heads
+    n_kv_heads: int = 4              # key/value heads; n_heads % n_kv_heads == 0 (grouped-query attention)
+    mlp_hidden_size: int = 704       # SwiGLU inner width (Qwen2 intermediate_size)
+    vocab_size: int = 1024           # rows of the embedding and the output head (LLaDA embedding_size)
+    rope_theta: float = 500000.0     # LLaDA 5e5, Dream 1e6
+    rms_norm_eps: float = 1e-5       # LLaDA 1e-5, Dream 1e-6
+    max_sequence_length: int = 4096  # longest canvas (prompt + reply); sizes the rope table
+    qkv_bias: bool = False           # Dream/Qwen2: bias on the q, k, v projections only
+    weight_tying: bool = False       # output head shares the embedding matrix
+    shift_logits: bool = False       # Dream: raw logit i predicts token i+1; forward() realigns it
+
+    def __post_init__(self):
+        if self.d_model % self.n_heads or self.n_heads % self.n_kv_heads:
+            raise ValueError(
+                f"d_model={self.d_model} must divide by n_heads={self.n_heads}, "
+                f"and n_heads by n_kv_heads={self.n_kv_heads}")
+        if self.head_dim % 2:
+            raise ValueError(f"head_dim={self.head_dim} must be even for rotary embeddings")
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads
+
+
+class KVCache:
+    """Keys and values of every layer for one canvas, allocated once: k, v (L, B, Hkv, T_max, D)."""
+
+    def __init__(self, args: ModelArgs, batch: int, max_len: int, device=None, dtype=None):
+        shape = (args.n_layers, batch, args.n_kv_heads, max_len, args.head_dim)
+        self.k = torch.zeros(shape, device=device, dtype=dtype)
+        self.v = torch.zeros(shape, device=device, dtype=dtype)
+
+    @property
+    def max_len(self) -> int:
+        return self.k.shape[3]
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return kernels.rms_norm(x, self.weight, self.eps)
+
+
+def causal_attention(q, k, v, start_pos: int):
+    """Causal GQA attention for the autoregressive baseline: query i sits at position start_pos + i."""
+    t_q, t_k = q.shape[2], k.shape[2]
+    query_pos = torch.arange(start_pos, start_pos + t_q, device=q.device)[:, None]  # (Tq, 1)
+    allowed = torch.arange(t_k, device=q.device)[None, :] <= query_pos  # (Tq, Tk) True = attend
+    groups = q.shape[1] // k.shape[1]
+    k = k.repeat_interleave(groups, dim=1)  # (B, H, Tk, D)
+    v = v.repeat_interleave(groups, dim=1)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)
+
+
+class Block(nn.Module):
+    """x += attn_out(attn(attn_norm(x))); h = ff_norm(x); x += ff_out(silu(ff_proj(h)) * up_proj(h))."""
+
+    def __init__(self, args: ModelArgs):
+        super().__init__()
+        self.args = args
+        d, hd = args.d_model, args.head_dim
+        self.attn_norm = RMSNorm(d, args.rms_norm_eps)
+        self.q_proj = nn.Linear(d, args.n_heads * hd, bias=args.qkv_bias)
+        self.k_proj = nn.Linear(d, args.n_kv_heads * hd, bias=args.qkv_bias)
+        self.v_proj = nn.Linear(d, args.n_kv_heads * hd, bias=args.qkv_bias)
+        self.attn_out = nn.Linear(args.n_heads * hd, d, bias=False)
+        self.ff_norm = RMSNorm(d, args.rms_norm_eps)
+        self.ff_proj = nn.Linear(d, args.mlp_hidden_size, bias=False)  # the SwiGLU gate
+        self.up_proj = nn.Linear(d, args.mlp_hidden_size, bias=False)
+        self.ff_out = nn.Linear(args.mlp_hidden_size, d, bias=False)
+
+    def attend(self, x, cos, sin, start_pos, cache_kv, key_padding_mask, causal):
+        B, T, _ = x.shape
+        a = self.args
+        q = self.q_proj(x).view(B, T, a.n_heads, a.head_dim).transpose(1, 2)  # (B, H, T, D)
+        k = self.k_proj(x).view(B, T, a.n_kv_heads, a.head_dim).transpose(1, 2)  # (B, Hkv, T, D)
+        v = self.v_proj(x).view(B, T, a.n_kv_heads, a.head_dim).transpose(1, 2)
+        q, k = kernels.rope(q, k, cos, sin)
+        if cache_kv is not None:
+            # write this chunk's keys at its absolute positions, then attend to everything up to its end
+            cache_k, cache_v = cache_kv  # (B, Hkv, T_max, D)
+            end = start_pos + T
+            cache_k[:, :, start_pos:end] = k
+            cache_v[:, :, start_pos:end] = v
+            k, v = cache_k[:, :, :end], cache_v[:, :, :end]  # (B, Hkv, end, D)
+        if causal:
+            y = causal_attention(q, k, v, start_pos)
+        else:
+            y = kernels.attention(q, k, v, key_padding_mask)  # (B, H, T, D)
+        return self.attn_out(y.transpose(1, 2).reshape(B, T, a.n_heads * a.head_dim))
+
+    def forward(self, x, cos, sin, start_pos=0, cache_kv=None, key_padding_mask=None, causal=False):
+        x = x + self.attend(self.attn_norm(x), cos, sin, start_pos, cache_kv, key_padding_mask, causal)
+        h = self.ff_norm(x)
+        return x + self.ff_out(kernels.swiglu(self.ff_proj(h), self.up_proj(h)))
+
+
+def rope_tables(args: ModelArgs, device=None):
+    """cos, sin (max_sequence_length, head_dim) fp32, rotate-half layout (each frequency twice)."""
+    hd = args.head_dim
+    inv_freq = 1.0 / (args.rope_theta ** (torch.arange(0, hd, 2, device=device, dtype=torch.float32) / hd))
+    positions = torch.arange(args.max_sequence_length, device=device, dtype=torch.float32)
+    angles = torch.outer(positions, inv_freq)  # (T_max, D/2) radians
+    angles = torch.cat((angles, angles), dim=-1)  # (T_max, D)
+    return angles.cos(), angles.sin()
+
+
+class Transformer(nn.Module):
+    def __init__(self, args: ModelArgs):
+        super().__init__()
+        self.args = args
+        self.transformer = nn.ModuleDict(dict(
+            wte=nn.Embedding(args.vocab_size, args.d_model),
+            blocks=nn.ModuleList(Block(args) for _ in range(args.n_layers)),
+            ln_f=RMSNorm(args.d_model, args.rms_norm_eps),
+        ))
+        if not args.weight_tying:
+            self.transformer["ff_out"] = nn.Linear(args.d_model, args.vocab_size, bias=False)
+        self.reset_rope()
+
+    def reset_rope(self, device=None):
+        """(Re)build the rope tables, e.g. after the weights were materialized from the meta device."""
+        cos, sin = rope_tables(self.args, device)
+        self.register_buffer("rope_cos", cos, persistent=False)
+        self.register_buffer("rope_sin", sin, persistent=False)
+
+    def init_weights(self, std: float = 0.02):
+        """Normal(0, std) matrices, residual outputs scaled by 1/sqrt(2 * n_layers), unit norms."""
+        for name, p in self.named_parameters():
+            if name.endswith("norm.weight") or name.endswith("ln_f.weight"):
+                nn.init.ones_(p)
+            elif name.endswith(".bias"):
+                nn.init.zeros_(p)
+            elif name.endswith("attn_out.weight") or (name.endswith("ff_out.weight") and ".blocks." in name):
+                nn.init.normal_(p, std=std / math.sqrt(2 * self.args.n_layers))
+            else:
+                nn.init.normal_(p, std=std)
+
+    def new_cache(self, batch: int, max_len: int) -> KVCache:
+        p = self.transformer.wte.weight
+        return KVCache(self.args, batch, max_len, device=p.device, dtype=p.dtype)
+
+    def trunk(self, ids, start_pos=0, cache: KVCache | None = None, key_padding_mask=None, causal=False):
+        """ids (B, T) at positions start_pos.. -> residual stream (B, T, d_model), before the final norm.
+
+        With a cache, this chunk's keys/values are written at their positions and attention reaches every
+        cached position before the chunk's end; key_padding_mask (B, start_pos + T) then covers all of them.
+        """
+        T = ids.shape[1]
+        if start_pos + T > self.args.max_sequence_length:
+            raise ValueError(f"sequence of {start_pos + T} tokens exceeds max_sequence_length="
+                             f"{self.args.max_sequence_length}")
+        cos = self.rope_cos[start_pos:start_pos + T]  # (T, D)
+        sin = self.rope_sin[start_pos:start_pos + T]
+        x = self.transformer.wte(ids)  # (B, T, d_model)
+        for i, block in enumerate(self.transformer.blocks):
+            cache_kv = None if cache is None else (cache.k[i], cache.v[i])
+            x = block(x, cos, sin, start_pos, cache_kv, key_padding_mask, causal)
+        return x
+
+    def head(self, x: torch.Tensor) -> torch.Tensor:
+        """Residual stream (B, T, d_model) -> raw logits (B, T, V) (Dream's still shifted by one)."""
+        x = self.transformer.ln_f(x)
+        if self.args.weight_tying:
+            return F.linear(x, self.transformer.wte.weight)
+        return self.transformer.ff_out(x)
+
+    def forward(self, ids: torch.Tensor, key_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """ids (B, T) int64 -> logits (B, T, V), logit i for token i for every model family."""
+        logits = self.head(self.trunk(ids, key_padding_mask=key_padding_mask))
+        if self.args.shift_logits:
+            logits = torch.cat([logits[:, :1], logits[:, :-1]], dim=1)  # raw i predicts token i+1
+        return logits
