@@ -1,0 +1,193 @@
+"""The agent: dialogue history, the language model, and the tool-call loop.
+
+Synchronous on purpose: the session runs `Agent.respond` in an executor, so generation never blocks the event loop.
+The model asks for a tool with `<tool_call>{"name": ..., "arguments": {...}}</tool_call>`; the agent runs it, feeds
+the result back as a `tool` message and lets the model speak a reply grounded in that result.
+"""
+import json
+import logging
+import re
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+log = logging.getLogger(__name__)
+
+TOOL_CALL_OPEN = "<tool_call>"
+TOOL_CALL_RE = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
+
+
+def _compact(value) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def format_tool_call(name: str, arguments: dict) -> str:
+    """The exact assistant text for one tool call (compact JSON)."""
+    return f"{TOOL_CALL_OPEN}{_compact({'name': name, 'arguments': arguments})}</tool_call>"
+
+
+def tool_message(name: str, result: dict) -> dict:
+    """The exact message that feeds a tool's result back to the model."""
+    return {"role": "tool", "content": _compact({"name": name, "result": result})}
+
+
+@dataclass
+class ToolCall:
+    name: str
+    arguments: dict
+    result: dict
+
+
+@dataclass
+class TurnResult:
+    reply: str                      # the spoken text of the turn (tool-call markup excluded)
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    passes: int = 0                 # denoising passes over all generations of the turn
+    tokens: int = 0
+    llm_s: float = 0.0              # seconds spent in the language model
+    cancelled: bool = False
+
+
+@dataclass(frozen=True)
+class AgentOptions:
+    max_new_tokens: int = 96        # a spoken reply is short; tool calls fit in the same budget
+    block_length: int = 32          # tokens per semi-autoregressive block (each block is streamed when settled)
+    threshold: float = 0.9          # commit every masked token at least this confident (Fast-dLLM)
+    max_tool_rounds: int = 3        # tool calls in one turn before the agent stops asking
+    max_history_turns: int = 8      # user turns kept in the prompt
+
+
+def parse_tool_calls(text: str) -> tuple[list[tuple[str, dict]], str]:
+    """The (name, arguments) calls in an assistant text, and the text outside them.
+
+    A call whose JSON does not parse is returned with name "" so the loop can tell the model.
+    """
+    calls = []
+    for body in TOOL_CALL_RE.findall(text):
+        try:
+            payload = json.loads(body)
+            name, arguments = payload["name"], payload.get("arguments", {})
+            if not isinstance(name, str) or not isinstance(arguments, dict):
+                raise TypeError
+        except (ValueError, KeyError, TypeError):
+            name, arguments = "", {"raw": body}
+        calls.append((name, arguments))
+    spoken = TOOL_CALL_RE.sub(" ", text)
+    spoken = spoken.split(TOOL_CALL_OPEN)[0]  # an unterminated call (max_new_tokens hit) is never spoken
+    return calls, " ".join(spoken.split())
+
+
+class _SpeechFilter:
+    """Passes streamed model text through to `on_text`, holding back anything inside tool-call markup."""
+
+    def __init__(self, on_text: Callable[[str], None] | None):
+        self.on_text = on_text
+        self.text = ""          # everything the model wrote in this generation
+        self.emitted = 0        # characters of self.text already judged (spoken or skipped)
+
+    def feed(self, block: str) -> None:
+        self.text += block
+        if self.on_text is None:
+            return
+        while True:
+            pending = self.text[self.emitted:]
+            start = pending.find(TOOL_CALL_OPEN)
+            if start < 0:
+                # keep a possible partial "<tool_c" at the end back until the next block decides it
+                keep = next((k for k in range(len(TOOL_CALL_OPEN) - 1, 0, -1)
+                             if pending.endswith(TOOL_CALL_OPEN[:k])), 0)
+                self._say(pending[: len(pending) - keep])
+                self.emitted += len(pending) - keep
+                return
+            self._say(pending[:start])
+            end = pending.find("</tool_call>", start)
+            if end < 0:
+                self.emitted += start
+                return
+            self.emitted += end + len("</tool_call>")
+
+    def _say(self, text: str) -> None:
+        if text.strip():
+            self.on_text(text)
+
+
+class Agent:
+    """One conversation: history, model, tools."""
+
+    def __init__(self, engine, toolbox, system_prompt: str | None, options: AgentOptions = AgentOptions()):
+        self.engine = engine
+        self.toolbox = toolbox
+        self.system_prompt = system_prompt
+        self.options = options
+        self.messages: list[dict] = []   # the dialogue so far, system excluded
+        self._lock = threading.Lock()    # respond and truncate_last_reply come from different threads
+
+    def prompt(self) -> list[dict]:
+        """The messages the model sees: system prompt, then the last `max_history_turns` user turns."""
+        user_idx = [i for i, m in enumerate(self.messages) if m["role"] == "user"]
+        start = user_idx[-self.options.max_history_turns] if len(user_idx) > self.options.max_history_turns else 0
+        system = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
+        return system + self.messages[start:]
+
+    def respond(self, user_text: str, on_text=None, on_tool=None, cancel: threading.Event | None = None) -> TurnResult:
+        """Answer one user turn; `on_text` gets spoken text as each block settles, `on_tool` each ToolCall."""
+        opts = self.options
+        turn = TurnResult(reply="")
+        with self._lock:
+            self.messages.append({"role": "user", "content": user_text})
+        for _ in range(opts.max_tool_rounds + 1):
+            speech = _SpeechFilter(on_text)
+            t0 = time.perf_counter()
+            gen = self.engine.generate(
+                self.prompt(), max_new_tokens=opts.max_new_tokens, block_length=opts.block_length,
+                threshold=opts.threshold, on_block=speech.feed, cancel=cancel,
+            )
+            turn.llm_s += time.perf_counter() - t0
+            turn.passes += gen.passes
+            turn.tokens += gen.tokens
+            calls, spoken = parse_tool_calls(gen.text)
+            turn.reply = " ".join(filter(None, [turn.reply, spoken]))
+            if gen.stopped == "cancelled":
+                turn.cancelled = True
+                with self._lock:
+                    if spoken:
+                        self.messages.append({"role": "assistant", "content": spoken})
+                return turn
+            with self._lock:
+                self.messages.append({"role": "assistant", "content": gen.text.strip()})
+            if not calls:
+                return turn
+            for name, arguments in calls:
+                result = self._call_tool(name, arguments)
+                call = ToolCall(name, arguments, result)
+                turn.tool_calls.append(call)
+                with self._lock:
+                    self.messages.append(tool_message(name, result))
+                if on_tool is not None:
+                    on_tool(call)
+        log.warning("tool rounds exhausted after %d calls", len(turn.tool_calls))
+        return turn
+
+    def _call_tool(self, name: str, arguments: dict) -> dict:
+        if not name:
+            return {"ok": False, "error": "the tool call was not valid JSON with a name and arguments"}
+        try:
+            return self.toolbox.call(name, arguments)
+        except Exception as exc:  # a tool bug must not end the conversation
+            log.exception("tool %s failed", name)
+            return {"ok": False, "error": f"{name} failed: {exc}"}
+
+    def truncate_last_reply(self, heard_text: str) -> None:
+        """Barge-in: the last assistant reply becomes only what the user heard (dropped if nothing was)."""
+        with self._lock:
+            for i in range(len(self.messages) - 1, -1, -1):
+                message = self.messages[i]
+                if message["role"] == "user":
+                    return
+                if message["role"] == "assistant" and not message["content"].startswith(TOOL_CALL_OPEN):
+                    if heard_text.strip():
+                        self.messages[i] = {"role": "assistant", "content": heard_text.strip()}
+                    else:
+                        del self.messages[i]
+                    return
