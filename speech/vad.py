@@ -1,0 +1,126 @@
+"""Turn detection: webrtcvad voiced/unvoiced decisions over 20 ms frames, plus an endpoint policy."""
+from collections import deque
+from dataclasses import dataclass
+
+import numpy as np
+import webrtcvad
+
+from speech.audio import FRAME_MS, FRAME_SAMPLES, SAMPLE_RATE_HZ, frames
+
+
+@dataclass(frozen=True)
+class VadConfig:
+    aggressiveness: int = 2       # webrtcvad mode 0-3; higher rejects more noise as non-speech
+    start_ms: int = 100           # voiced audio (within a 2 * start_ms window) needed to declare speech_start
+    silence_ms: int = 500         # trailing unvoiced audio that ends the turn
+    preroll_ms: int = 200         # audio kept before the first voiced frame, so the first syllable survives
+    tail_ms: int = 100            # unvoiced audio kept after the last voiced frame in SpeechEnd.audio
+    max_utterance_ms: int = 20_000  # a turn longer than this is ended anyway (noise that never stops)
+
+    def __post_init__(self):
+        if self.aggressiveness not in (0, 1, 2, 3):
+            raise ValueError(f"aggressiveness must be one of 0, 1, 2, 3, got {self.aggressiveness}")
+        ranges = {"start_ms": (FRAME_MS, 1_000), "silence_ms": (FRAME_MS, 5_000), "preroll_ms": (0, 2_000),
+                  "tail_ms": (0, 1_000), "max_utterance_ms": (1_000, 120_000)}
+        for name, (low, high) in ranges.items():
+            value = getattr(self, name)
+            if not low <= value <= high or value % FRAME_MS:
+                raise ValueError(f"{name} must be a multiple of {FRAME_MS} ms in [{low}, {high}], got {value}")
+        if self.tail_ms > self.silence_ms:
+            raise ValueError(f"tail_ms ({self.tail_ms}) must not exceed silence_ms ({self.silence_ms})")
+
+
+@dataclass(frozen=True)
+class SpeechStart:
+    time_ms: float                # stream time of the decision (end of the frame that triggered it)
+
+
+@dataclass(frozen=True)
+class SpeechEnd:
+    time_ms: float                # stream time of the endpoint decision
+    last_voiced_ms: float         # stream time at the end of the last voiced frame
+    audio: np.ndarray             # (n,) int16 16 kHz: pre-roll + utterance + up to tail_ms after the last voiced frame
+
+
+class TurnDetector:
+    """Streaming turn detector: push 20 ms frames, get SpeechStart / SpeechEnd events."""
+
+    def __init__(self, config: VadConfig = VadConfig()):
+        self.config = config
+        self._vad = webrtcvad.Vad(config.aggressiveness)
+        self._start_frames = config.start_ms // FRAME_MS
+        self._window_frames = 2 * self._start_frames
+        self._preroll_frames = config.preroll_ms // FRAME_MS
+        self.reset()
+
+    def reset(self) -> None:
+        """Back to the initial state: no speech, stream time 0, nothing buffered."""
+        self._frames_pushed = 0
+        # Before speech: the last preroll + window frames as (frame, voiced), to seed the utterance.
+        self._history: deque[tuple[np.ndarray, bool]] = deque(maxlen=self._preroll_frames + self._window_frames)
+        self._utterance: list[np.ndarray] = []  # frames of the current turn, pre-roll included
+        self._last_voiced_index = 0             # index into _utterance of the last voiced frame
+        self._in_speech = False
+
+    @property
+    def in_speech(self) -> bool:
+        return self._in_speech
+
+    @property
+    def time_ms(self) -> float:
+        """Stream time: frames pushed since the last reset * 20 ms."""
+        return self._frames_pushed * FRAME_MS
+
+    def utterance_audio(self) -> np.ndarray:
+        """int16 audio of the turn so far (pre-roll included); empty outside speech."""
+        if not self._utterance:
+            return np.zeros(0, dtype=np.int16)
+        return np.concatenate(self._utterance)
+
+    def push(self, frame: np.ndarray) -> list[SpeechStart | SpeechEnd]:
+        """Feed one 20 ms frame (320 int16 samples); returns the events it caused, in order."""
+        if frame.dtype != np.int16 or frame.shape != (FRAME_SAMPLES,):
+            raise ValueError(f"push expects a ({FRAME_SAMPLES},) int16 frame (20 ms at 16 kHz), "
+                             f"got shape {frame.shape} dtype {frame.dtype}")
+        voiced = self._vad.is_speech(frame.tobytes(), SAMPLE_RATE_HZ)
+        self._frames_pushed += 1
+        if not self._in_speech:
+            return self._push_idle(frame, voiced)
+        return self._push_speech(frame, voiced)
+
+    def _push_idle(self, frame: np.ndarray, voiced: bool) -> list[SpeechStart | SpeechEnd]:
+        self._history.append((frame, voiced))
+        window = list(self._history)[-self._window_frames:]
+        if sum(v for _, v in window) < self._start_frames:
+            return []
+        # The utterance starts preroll_ms before the first voiced frame of the triggering window.
+        history = list(self._history)
+        first_voiced = len(history) - len(window) + next(i for i, (_, v) in enumerate(window) if v)
+        kept = history[max(0, first_voiced - self._preroll_frames):]
+        self._utterance = [f for f, _ in kept]
+        self._last_voiced_index = max(i for i, (_, v) in enumerate(kept) if v)
+        self._in_speech = True
+        self._history.clear()
+        return [SpeechStart(time_ms=self.time_ms)]
+
+    def _push_speech(self, frame: np.ndarray, voiced: bool) -> list[SpeechStart | SpeechEnd]:
+        self._utterance.append(frame)
+        if voiced:
+            self._last_voiced_index = len(self._utterance) - 1
+        silent_frames = len(self._utterance) - 1 - self._last_voiced_index
+        too_long = len(self._utterance) * FRAME_MS >= self.config.max_utterance_ms
+        if silent_frames * FRAME_MS < self.config.silence_ms and not too_long:
+            return []
+        last_voiced_ms = self.time_ms - silent_frames * FRAME_MS
+        keep = self._last_voiced_index + 1 + min(silent_frames, self.config.tail_ms // FRAME_MS)
+        end = SpeechEnd(time_ms=self.time_ms, last_voiced_ms=last_voiced_ms,
+                        audio=np.concatenate(self._utterance[:keep]))
+        self._utterance = []
+        self._in_speech = False
+        return [end]
+
+
+def detect_turns(samples: np.ndarray, config: VadConfig = VadConfig()) -> list[SpeechStart | SpeechEnd]:
+    """All events for a whole int16 16 kHz recording, framed in 20 ms (the last frame zero-padded)."""
+    detector = TurnDetector(config)
+    return [event for frame in frames(samples) for event in detector.push(frame)]
