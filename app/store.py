@@ -1,0 +1,90 @@
+"""Appointments in SQLite: one table, one row per booking, local wall-clock times of the business."""
+import sqlite3
+import threading
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS appointments (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    name TEXT NOT NULL,            -- the caller's name as given
+    service TEXT NOT NULL,         -- canonical service name of the profile
+    start TEXT NOT NULL,           -- local start, ISO 'YYYY-MM-DDTHH:MM'
+    duration_min INTEGER NOT NULL,
+    created_at TEXT NOT NULL DEFAULT (datetime('now'))
+);
+CREATE INDEX IF NOT EXISTS appointments_start ON appointments(start);
+"""
+
+
+@dataclass(frozen=True)
+class Appointment:
+    id: int
+    name: str
+    service: str
+    start: datetime               # naive local time of the business
+    duration_min: int
+
+    @property
+    def end(self) -> datetime:
+        return self.start + timedelta(minutes=self.duration_min)
+
+
+class Store:
+    """Thread-safe access to the appointments table (sessions call tools from executor threads)."""
+
+    def __init__(self, conn: sqlite3.Connection):
+        self._conn = conn
+        self._lock = threading.Lock()
+        with self._lock, self._conn:
+            self._conn.executescript(_SCHEMA)
+
+    def _rows(self, sql: str, args=()) -> list[Appointment]:
+        with self._lock:
+            rows = self._conn.execute(sql, args).fetchall()
+        return [Appointment(r[0], r[1], r[2], datetime.fromisoformat(r[3]), r[4]) for r in rows]
+
+    def on_date(self, date) -> list[Appointment]:
+        """The appointments starting on `date`, by start time."""
+        sql = "SELECT id, name, service, start, duration_min FROM appointments WHERE start LIKE ? ORDER BY start"
+        return self._rows(sql, (f"{date.isoformat()}T%",))
+
+    def for_name(self, name: str, since: datetime | None = None) -> list[Appointment]:
+        """The appointments booked under `name` (any case), from `since` on, by start time."""
+        sql = ("SELECT id, name, service, start, duration_min FROM appointments "
+               "WHERE lower(name) = lower(?) AND start >= ? ORDER BY start")
+        return self._rows(sql, (name.strip(), (since or datetime.min).strftime("%Y-%m-%dT%H:%M")))
+
+    def add(self, name: str, service: str, start: datetime, duration_min: int) -> Appointment:
+        """Insert a booking unless it overlaps another; returns it. Raises ValueError on overlap."""
+        with self._lock, self._conn:
+            # Check and insert under one lock and one transaction so two sessions cannot double-book.
+            day = self._conn.execute(
+                "SELECT start, duration_min FROM appointments WHERE start LIKE ?",
+                (f"{start.date().isoformat()}T%",)).fetchall()
+            end = start + timedelta(minutes=duration_min)
+            for other_start, other_min in day:
+                s = datetime.fromisoformat(other_start)
+                if s < end and start < s + timedelta(minutes=other_min):
+                    raise ValueError("overlaps an existing appointment")
+            cur = self._conn.execute(
+                "INSERT INTO appointments (name, service, start, duration_min) VALUES (?, ?, ?, ?)",
+                (name.strip(), service, start.strftime("%Y-%m-%dT%H:%M"), duration_min))
+        return Appointment(cur.lastrowid, name.strip(), service, start, duration_min)
+
+    def remove(self, appointment_id: int) -> None:
+        with self._lock, self._conn:
+            self._conn.execute("DELETE FROM appointments WHERE id = ?", (appointment_id,))
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+
+def open_store(path: str) -> Store:
+    """The store in the SQLite file at `path` (":memory:" for a private one); creates parent dir and schema."""
+    if path != ":memory:":
+        Path(path).expanduser().parent.mkdir(parents=True, exist_ok=True)
+        path = str(Path(path).expanduser())
+    return Store(sqlite3.connect(path, check_same_thread=False))
