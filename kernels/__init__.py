@@ -1,64 +1,81 @@
 """Kernels for the diffusion LM's hot path, dispatched once: Triton on CUDA, the torch reference on the CPU.
 
 `PARLEY_KERNELS=triton|torch|auto` (default auto) overrides the choice; with `TRITON_INTERPRET=1
-PARLEY_KERNELS=triton` the Triton kernels run on CPU tensors through Triton's interpreter.
+PARLEY_KERNELS=triton` the Triton kernels run on CPU tensors through Triton's interpreter. The variable is read
+once, on the first call. Without Triton installed, auto falls back to the torch references.
 """
+import functools
 import os
 
+from kernels._triton import HAS_TRITON, INTERPRET
+from kernels import attention as _attention
+from kernels import confidence_argmax as _confidence_argmax
+from kernels import rms_norm as _rms_norm
+from kernels import rope as _rope
+from kernels import swiglu as _swiglu
+from kernels.attention import attention_ref
+from kernels.confidence_argmax import confidence_argmax_ref
 from kernels.rms_norm import rms_norm_ref
 from kernels.rope import rope_ref
 from kernels.swiglu import swiglu_ref
-from kernels.attention import attention_ref
-from kernels.confidence_argmax import confidence_argmax_ref
 
 BACKENDS = ("auto", "triton", "torch")
 
+__all__ = ["backend", "rms_norm", "rope", "swiglu", "attention", "confidence_argmax", "rms_norm_ref", "rope_ref",
+           "swiglu_ref", "attention_ref", "confidence_argmax_ref"]
 
+
+@functools.cache
 def backend() -> str:
-    """The backend chosen by PARLEY_KERNELS (auto, triton or torch)."""
-    choice = os.environ.get("PARLEY_KERNELS", "auto").lower()
+    """The backend chosen by PARLEY_KERNELS (auto, triton or torch), read and checked once."""
+    choice = os.environ.get("PARLEY_KERNELS", "auto").strip().lower()
     if choice not in BACKENDS:
         raise ValueError(f"PARLEY_KERNELS={choice!r}: choose one of {', '.join(BACKENDS)}")
+    if choice == "triton" and not HAS_TRITON:
+        raise ValueError("PARLEY_KERNELS=triton but Triton is not installed: install it, or choose auto or torch")
     return choice
 
 
 def _use_triton(x) -> bool:
     choice = backend()
     if choice == "auto":
-        return x.is_cuda
+        return HAS_TRITON and x.is_cuda
+    if choice == "triton" and not x.is_cuda and not INTERPRET:
+        raise ValueError("PARLEY_KERNELS=triton on CPU tensors needs TRITON_INTERPRET=1 set before kernels is "
+                         "imported; or choose auto or torch")
     return choice == "triton"
 
 
 def rms_norm(x, weight, eps):
+    """RMSNorm over the last dim of x: fp32 statistics, output in x's dtype (promoted with weight's)."""
     if _use_triton(x):
-        from kernels.rms_norm import rms_norm as op
-        return op(x, weight, eps)
+        return _rms_norm.rms_norm(x, weight, eps)
     return rms_norm_ref(x, weight, eps)
 
 
 def rope(q, k, cos, sin):
+    """Rotate-half RoPE on q (B, H, T, D) and k (B, Hkv, T, D), cos/sin (T, D); returns new (q, k)."""
     if _use_triton(q):
-        from kernels.rope import rope as op
-        return op(q, k, cos, sin)
+        return _rope.rope(q, k, cos, sin)
     return rope_ref(q, k, cos, sin)
 
 
 def swiglu(gate, up):
+    """silu(gate) * up."""
     if _use_triton(gate):
-        from kernels.swiglu import swiglu as op
-        return op(gate, up)
+        return _swiglu.swiglu(gate, up)
     return swiglu_ref(gate, up)
 
 
 def attention(q, k, v, key_padding_mask=None, scale=None):
+    """Non-causal GQA attention: q (B, H, Tq, D); k, v (B, Hkv, Tk, D); mask (B, Tk) bool, True = attend."""
     if _use_triton(q):
-        from kernels.attention import attention as op
-        return op(q, k, v, key_padding_mask, scale)
+        return _attention.attention(q, k, v, key_padding_mask, scale)
     return attention_ref(q, k, v, key_padding_mask, scale)
 
 
 def confidence_argmax(logits, mask_id=None):
+    """logits (N, V) -> (token (N,) int64, confidence (N,) float32), mask_id never chosen nor in the softmax."""
     if _use_triton(logits):
-        from kernels.confidence_argmax import confidence_argmax as op
-        return op(logits, mask_id)
+        return _confidence_argmax.confidence_argmax(logits, mask_id)
     return confidence_argmax_ref(logits, mask_id)
