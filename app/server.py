@@ -1,0 +1,152 @@
+"""The HTTP server: the page, WebRTC offers and health. Models are loaded and warmed once, at startup."""
+import asyncio
+import logging
+import statistics
+import time
+from collections import deque
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI, Request
+from fastapi.responses import FileResponse, JSONResponse
+from fastapi.staticfiles import StaticFiles
+
+from app.rtc import Call, OfferError, parse_offer
+from app.settings import REPO_ROOT, Settings
+
+log = logging.getLogger(__name__)
+
+WEB_DIR = REPO_ROOT / "web"
+MAX_OFFER_BYTES = 64 * 1024       # a browser offer is ~5 KB; anything far larger is not an offer
+
+
+class LoopLag:
+    """How late the event loop wakes a task sleeping `interval_ms`: the loop's responsiveness, in ms."""
+
+    def __init__(self, interval_ms: float = 10.0, window: int = 3000):
+        self.interval_ms = interval_ms
+        self.samples_ms: deque[float] = deque(maxlen=window)   # overshoot of each sleep; 3000 x 10 ms = the last ~30 s
+        self._task: asyncio.Task | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="loop-lag")
+
+    def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+
+    async def _run(self) -> None:
+        interval_s = self.interval_ms / 1000
+        while True:
+            t0 = time.perf_counter()
+            await asyncio.sleep(interval_s)
+            self.samples_ms.append(max(0.0, (time.perf_counter() - t0 - interval_s) * 1000))
+
+    def summary(self) -> dict:
+        """p50, p99 and max overshoot in ms over the recent window."""
+        samples = sorted(self.samples_ms)
+        if not samples:
+            return {"p50": None, "p99": None, "max": None, "samples": 0}
+        p99 = samples[min(len(samples) - 1, int(0.99 * len(samples)))]
+        return {"p50": round(statistics.median(samples), 2), "p99": round(p99, 2),
+                "max": round(samples[-1], 2), "samples": len(samples)}
+
+
+def create_app(settings: Settings, services=None) -> FastAPI:
+    """The Parley app; `services` (or a test double) skips loading the models named by `settings`."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        loop = asyncio.get_running_loop()
+        owned = services is None
+        app.state.services = await loop.run_in_executor(None, _load, settings) if owned else services
+        if not app.state.services.ready:
+            await loop.run_in_executor(None, app.state.services.warm_up)
+        app.state.loop_lag.start()
+        try:
+            yield
+        finally:
+            await asyncio.gather(*(call.close("server shutting down") for call in list(app.state.calls)))
+            app.state.loop_lag.stop()
+            if owned:
+                app.state.services.shutdown()
+
+    app = FastAPI(title="Parley", lifespan=lifespan)
+    app.state.settings = settings
+    app.state.services = services
+    app.state.calls = set()           # every live Call; each removes itself when it closes
+    app.state.loop_lag = LoopLag()
+
+    @app.get("/", include_in_schema=False)
+    async def index() -> FileResponse:
+        return FileResponse(WEB_DIR / "index.html")
+
+    @app.get("/healthz")
+    async def healthz(request: Request) -> dict:
+        state = request.app.state
+        return {
+            "ready": bool(state.services is not None and state.services.ready),
+            "sessions": len(state.calls),
+            "max_sessions": state.settings.max_sessions,
+            "loop_lag_ms": state.loop_lag.summary(),
+        }
+
+    @app.post("/offer")
+    async def offer(request: Request):
+        state = request.app.state
+        body = await _read_body(request, MAX_OFFER_BYTES)
+        if body is None:
+            return _refuse(413, f"offer too large: the limit is {MAX_OFFER_BYTES} bytes")
+        try:
+            description = parse_offer(body)
+        except OfferError as exc:
+            return _refuse(400, str(exc))
+        if len(state.calls) >= state.settings.max_sessions:
+            return _refuse(503, f"busy: all {state.settings.max_sessions} sessions are in use; try again later")
+        call = Call(state.services, connect_timeout_s=state.settings.connect_timeout_s,
+                    on_closed=state.calls.discard)
+        state.calls.add(call)
+        try:
+            answer = await call.answer(description)
+        except Exception as exc:  # aiortc rejects what it cannot negotiate with assorted errors
+            await call.close("offer rejected")
+            return _refuse(400, f"cannot answer this offer: {exc}")
+        return {"sdp": answer.sdp, "type": answer.type}
+
+    _include_optional_routers(app)
+    app.mount("/static", StaticFiles(directory=WEB_DIR), name="static")
+    return app
+
+
+def _load(settings: Settings):
+    from app.services import Services
+
+    return Services.load(settings)
+
+
+def _include_optional_routers(app: FastAPI) -> None:
+    try:
+        from app.telephony import router
+    except ModuleNotFoundError as exc:
+        if exc.name != "app.telephony":
+            raise
+        return  # telephony is still being built in this checkout
+    app.include_router(router)
+
+
+async def _read_body(request: Request, limit: int) -> bytes | None:
+    """The request body, or None as soon as it passes `limit` bytes (never buffering more)."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        return None
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            return None
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _refuse(status: int, reason: str) -> JSONResponse:
+    log.info("offer refused (%d): %s", status, reason)
+    return JSONResponse({"error": reason}, status_code=status)

@@ -1,0 +1,178 @@
+"""The WebRTC transport end to end: an aiortc client speaks a Piper question to a live server and hears the answer."""
+import asyncio
+import fractions
+import json
+import re
+import time
+
+import httpx
+import numpy as np
+import pytest
+from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
+from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
+from av import AudioFrame
+
+from app.playback import Playback
+from app.rtc import RTC_FRAME_SAMPLES, RTC_RATE_HZ, InputResampler, PlaybackTrack
+from app.server import create_app
+from app.settings import Settings
+from speech.asr import Transcriber
+from speech.tts import Synthesizer
+from tests.rtc_helpers import ANSWER, QUESTION_WORDS, front_desk_services, serve_in_thread, spoken_question
+
+TURN_TIMEOUT_S = 60.0
+AUDIBLE_RMS = 300.0          # int16 RMS of a 20 ms frame that holds speech (silence decodes to ~0)
+
+
+@pytest.fixture(scope="module")
+def models():
+    return Transcriber(), Synthesizer()
+
+
+@pytest.fixture(scope="module")
+def server(models):
+    services = front_desk_services(*models)
+    app = create_app(Settings(max_sessions=2, connect_timeout_s=10.0), services)
+    with serve_in_thread(app) as url:
+        yield url, app
+    services.shutdown()
+
+
+class ClipTrack(MediaStreamTrack):
+    """A microphone that says `samples` (int16, 48 kHz) at real-time pace, then silence."""
+
+    kind = "audio"
+
+    def __init__(self, samples: np.ndarray):
+        super().__init__()
+        self.samples = samples
+        self._pts = 0
+        self._start_s = None
+
+    async def recv(self) -> AudioFrame:
+        if self._start_s is None:
+            self._start_s = time.monotonic()
+        await asyncio.sleep(max(0.0, self._start_s + self._pts / RTC_RATE_HZ - time.monotonic()))
+        chunk = self.samples[self._pts:self._pts + RTC_FRAME_SAMPLES]
+        chunk = np.pad(chunk, (0, RTC_FRAME_SAMPLES - len(chunk)))
+        frame = AudioFrame(format="s16", layout="mono", samples=RTC_FRAME_SAMPLES)
+        frame.planes[0].update(chunk.astype(np.int16).tobytes())
+        frame.pts, frame.sample_rate, frame.time_base = self._pts, RTC_RATE_HZ, fractions.Fraction(1, RTC_RATE_HZ)
+        self._pts += RTC_FRAME_SAMPLES
+        return frame
+
+
+class Client:
+    """A Python peer that behaves like the page: an `events` channel, a microphone track, a loudness log."""
+
+    def __init__(self, microphone: MediaStreamTrack):
+        self.pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
+        self.events: list[dict] = []
+        self.heard_rms: list[float] = []     # per received 20 ms frame
+        self.channel = self.pc.createDataChannel("events")
+        self.channel.on("message", lambda m: self.events.append(json.loads(m)))
+        self.pc.addTrack(microphone)
+        self.pc.on("track", lambda track: asyncio.ensure_future(self._listen(track)))
+
+    async def connect(self, url: str) -> None:
+        await self.pc.setLocalDescription(await self.pc.createOffer())
+        offer = {"sdp": self.pc.localDescription.sdp, "type": self.pc.localDescription.type}
+        async with httpx.AsyncClient() as http:
+            response = await http.post(f"{url}/offer", json=offer, timeout=30)
+        assert response.status_code == 200, response.text
+        await self.pc.setRemoteDescription(RTCSessionDescription(**response.json()))
+
+    async def _listen(self, track) -> None:
+        while True:
+            try:
+                frame = await track.recv()
+            except MediaStreamError:
+                return
+            x = frame.to_ndarray().astype(np.float64)
+            self.heard_rms.append(float(np.sqrt(np.mean(x * x))))
+
+    async def wait_for(self, predicate, what: str, timeout_s: float = TURN_TIMEOUT_S):
+        deadline = time.monotonic() + timeout_s
+        while not predicate():
+            assert time.monotonic() < deadline, f"timed out waiting for {what}; events so far: {self.events}"
+            await asyncio.sleep(0.05)
+
+
+def words(text: str) -> set[str]:
+    return set(re.findall(r"[a-z']+", text.lower()))
+
+
+def test_spoken_question_gets_transcript_reply_metrics_and_audio(server, models):
+    url, app = server
+    question = spoken_question(models[1], RTC_RATE_HZ)
+
+    async def call() -> tuple[Client, dict]:
+        client = Client(ClipTrack(question))
+        await client.connect(url)
+        await client.wait_for(lambda: any(e["type"] == "metrics" for e in client.events), "the metrics event")
+        await client.wait_for(lambda: max(client.heard_rms, default=0) > AUDIBLE_RMS, "the reply's audio")
+        async with httpx.AsyncClient() as http:
+            health = (await http.get(f"{url}/healthz")).json()
+        client.channel.send(json.dumps({"type": "dance"}))
+        await client.wait_for(lambda: any(e["type"] == "error" for e in client.events), "the unknown-message error")
+        client.channel.send(json.dumps({"type": "hangup"}))
+        await client.wait_for(lambda: not app.state.calls, "the server to close the call", timeout_s=10)
+        await client.pc.close()
+        return client, health
+
+    client, health = asyncio.run(call())
+    by_type = {}
+    for event in client.events:
+        by_type.setdefault(event["type"], []).append(event)
+    finals = [e["text"] for e in by_type["transcript"] if e["final"]]
+    assert len(finals) == 1 and set(QUESTION_WORDS) <= words(finals[0]), finals
+    assert by_type["tool"][0]["name"] == "business_info" and by_type["tool"][0]["result"]["ok"] is True
+    assert [e["text"] for e in by_type["reply"] if e["final"]] == [ANSWER]
+    metrics = by_type["metrics"][0]
+    for key in ("end_of_turn_delay_ms", "asr_ms", "llm_ttft_ms", "tts_ttfb_ms", "send_ms", "e2e_latency_ms"):
+        assert metrics[key] >= 0, (key, metrics)
+    assert "hangup" in by_type["error"][0]["message"]
+    lag = health["loop_lag_ms"]
+    print(f"\nturn metrics (ms): {metrics}\nevent loop lag over the turn (ms): {lag}")
+    assert health["sessions"] == 1 and health["ready"] is True
+    # Model work runs in executors: the loop keeps waking on time while the turn runs.
+    assert lag["samples"] > 100 and lag["p99"] < 100, lag
+
+
+def test_input_resampler_turns_48k_stereo_frames_into_16k_mono():
+    t = np.arange(RTC_RATE_HZ) / RTC_RATE_HZ                       # 1 s
+    left = (8000 * np.sin(2 * np.pi * 440 * t)).astype(np.int16)
+    stereo = np.stack([left, left], axis=1)                        # (n, 2)
+    resample = InputResampler()
+    out = []
+    for start in range(0, len(left), RTC_FRAME_SAMPLES):
+        frame = AudioFrame.from_ndarray(stereo[start:start + RTC_FRAME_SAMPLES].reshape(1, -1), format="s16", layout="stereo")
+        frame.sample_rate = RTC_RATE_HZ
+        out.append(resample(frame))
+    mono16k = np.concatenate(out)
+    assert mono16k.dtype == np.int16
+    assert 16_000 - 320 <= len(mono16k) <= 16_000                 # the resampler holds back under one 20 ms frame
+    spectrum = np.abs(np.fft.rfft(mono16k[2000:14000].astype(np.float64)))
+    peak_hz = np.argmax(spectrum) * 16_000 / 12_000
+    assert abs(peak_hz - 440) < 3, peak_hz
+    assert 0.6 * 8000 < np.abs(mono16k[2000:14000]).max() < 1.1 * 8000
+
+
+def test_playback_track_is_paced_at_real_time_and_plays_queued_speech_then_silence():
+    playback = Playback(RTC_RATE_HZ)
+    speech = np.full(RTC_FRAME_SAMPLES * 3 // 2, 1000, dtype=np.int16)   # 1.5 frames
+    playback.enqueue(speech, "hello")
+    track = PlaybackTrack(playback)
+
+    async def pull(n: int):
+        t0 = time.monotonic()
+        frames = [await track.recv() for _ in range(n)]
+        return frames, time.monotonic() - t0
+
+    frames, elapsed_s = asyncio.run(pull(11))
+    samples = [f.to_ndarray().reshape(-1) for f in frames]
+    assert all(f.sample_rate == RTC_RATE_HZ and len(s) == RTC_FRAME_SAMPLES for f, s in zip(frames, samples))
+    assert [f.pts for f in frames] == [i * RTC_FRAME_SAMPLES for i in range(11)]
+    assert (samples[0] == 1000).all() and (samples[1][:RTC_FRAME_SAMPLES // 2] == 1000).all()
+    assert not samples[1][RTC_FRAME_SAMPLES // 2:].any() and not any(s.any() for s in samples[2:])
+    assert 0.19 <= elapsed_s < 0.4, elapsed_s                      # 10 frame periods after the first
