@@ -1,0 +1,64 @@
+"""The models and tools, loaded once per process and shared by every session."""
+import logging
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from app.agent import AgentOptions
+from app.settings import Settings
+from speech.vad import VadConfig
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Services:
+    asr: object                     # speech.asr.Transcriber (or anything with .transcribe(int16 16 kHz) -> str)
+    tts: object                     # speech.tts.Synthesizer
+    engine: object                  # llm.Engine
+    toolbox: object                 # app.tools.Toolbox
+    system_prompt: str | None
+    vad_config: VadConfig = field(default_factory=VadConfig)
+    agent_options: AgentOptions = field(default_factory=AgentOptions)
+    ready: bool = False
+
+    def __post_init__(self):
+        # One thread per model: calls to a model are serialized, the event loop never waits on one,
+        # and a partial transcript never delays the final one (its own thread).
+        self.asr_pool = ThreadPoolExecutor(1, thread_name_prefix="asr")
+        self.partial_pool = ThreadPoolExecutor(1, thread_name_prefix="asr-partial")
+        self.llm_pool = ThreadPoolExecutor(1, thread_name_prefix="llm")
+        self.tts_pool = ThreadPoolExecutor(1, thread_name_prefix="tts")
+
+    @classmethod
+    def load(cls, settings: Settings) -> "Services":
+        """Load the ASR, TTS and LLM named by the settings, and the business tools."""
+        import llm
+        from app.tools import Toolbox, load_profile, open_store, system_prompt
+        from speech.asr import AsrOptions, Transcriber
+        from speech.tts import Synthesizer
+
+        t0 = time.perf_counter()
+        asr = Transcriber(AsrOptions(model_dir=settings.asr_model))
+        tts = Synthesizer(settings.voice)
+        engine = llm.load(settings.llm_model, device=settings.llm_device)
+        profile = load_profile(settings.profile)
+        toolbox = Toolbox(profile, open_store(settings.db_path))
+        services = cls(asr, tts, engine, toolbox, system_prompt(profile, toolbox, engine.chat_style))
+        log.info("models loaded in %.1f s (llm %s, %s)", time.perf_counter() - t0, settings.llm_model, engine.chat_style)
+        return services
+
+    def warm_up(self) -> None:
+        """One small pass through each model, so the first turn pays no one-time costs."""
+        t0 = time.perf_counter()
+        self.asr.transcribe(np.zeros(16_000, dtype=np.int16))
+        self.tts.synthesize("Hello.")
+        self.engine.generate([{"role": "user", "content": "hello"}], max_new_tokens=self.agent_options.block_length)
+        self.ready = True
+        log.info("models warm in %.1f s", time.perf_counter() - t0)
+
+    def shutdown(self) -> None:
+        for pool in (self.asr_pool, self.partial_pool, self.llm_pool, self.tts_pool):
+            pool.shutdown(wait=False, cancel_futures=True)

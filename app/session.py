@@ -1,0 +1,268 @@
+"""One conversation: audio in -> turn detector -> ASR -> agent -> TTS -> playback, with barge-in and a latency trace.
+
+The turn detector only decides (speech_start, speech_end); `_on_speech_start` / `_on_speech_end` decide what work
+that triggers, so a later change can start work speculatively during the end-of-speech silence.
+Every model call runs in the Services' executors; this module owns the coroutines and queues.
+"""
+import asyncio
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from typing import Awaitable, Callable
+
+import numpy as np
+
+from app.agent import Agent
+from app.playback import Playback
+from app.services import Services
+from app.trace import TurnTrace
+from speech.audio import FRAME_MS, FRAME_SAMPLES, resample
+from speech.tts import ClauseSplitter
+from speech.vad import SpeechEnd, SpeechStart, TurnDetector
+
+log = logging.getLogger(__name__)
+
+CONTROL_TOOLS = ("end_call", "transfer_to_human")
+
+
+@dataclass(frozen=True)
+class SessionOptions:
+    barge_in: bool = True             # user speech during agent speech interrupts it; False = input ignored while the agent speaks
+    realtime: bool = True             # input arrives at real-time pace (partial transcripts only make sense then)
+    partial_interval_ms: int = 700    # stream time between partial transcripts while the user speaks
+
+
+class Session:
+    """One caller's conversation; the transport feeds `push_audio` and pulls `playback`."""
+
+    def __init__(self, services: Services, *, output_rate_hz: int, send_event: Callable[[dict], Awaitable[None]],
+                 on_control: Callable[[str], Awaitable[None]] | None = None,
+                 options: SessionOptions = SessionOptions(), confirm_marks: bool = False):
+        self.services = services
+        self.options = options
+        self.send_event = send_event
+        self.on_control = on_control
+        self.on_clear: Callable[[], None] | None = None   # transports that buffer at the far end (Twilio `clear`)
+        self.detector = TurnDetector(services.vad_config)
+        self.agent = Agent(services.engine, services.toolbox, services.system_prompt, services.agent_options)
+        self.playback = Playback(output_rate_hz, confirm_marks)
+        self.playback.add_listener(self._on_playback_event)
+        self.turns: list[TurnTrace] = []                   # every turn's latency trace, newest last
+        self._input: asyncio.Queue[np.ndarray | None] = asyncio.Queue()
+        self._reframe = np.empty(0, dtype=np.int16)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._turn_task: asyncio.Task | None = None
+        self._cancel = threading.Event()                   # set to stop the current turn's LLM and TTS work
+        self._stream_ms = 0.0
+        self._next_partial_ms = 0.0
+        self._partial_busy = False
+        self._pending_control: str | None = None
+        self._closed = False
+
+    # --- input -----------------------------------------------------------------------------------------------
+
+    def push_audio(self, samples: np.ndarray) -> None:
+        """int16 mono 16 kHz audio of any length; call on the event loop's thread."""
+        if self._closed:
+            return
+        self._reframe = np.concatenate([self._reframe, np.asarray(samples, dtype=np.int16).reshape(-1)])
+        n = len(self._reframe) // FRAME_SAMPLES
+        for i in range(n):
+            self._input.put_nowait(self._reframe[i * FRAME_SAMPLES:(i + 1) * FRAME_SAMPLES])
+        self._reframe = self._reframe[n * FRAME_SAMPLES:]
+
+    def push_audio_threadsafe(self, samples: np.ndarray) -> None:
+        """push_audio from another thread (a sound-card callback)."""
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self.push_audio, np.array(samples, dtype=np.int16))
+
+    async def run(self) -> None:
+        """Process input until close(); a failure ends this session with an `error` event."""
+        self._loop = asyncio.get_running_loop()
+        try:
+            while (frame := await self._input.get()) is not None:
+                self._stream_ms += FRAME_MS
+                if not self.options.barge_in and self._agent_speaking():
+                    frame = np.zeros_like(frame)   # the agent's own voice through the speakers is not the user
+                for event in self.detector.push(frame):
+                    if isinstance(event, SpeechStart):
+                        await self._on_speech_start(event)
+                    elif isinstance(event, SpeechEnd):
+                        self._on_speech_end(event)
+                self._maybe_partial()
+        except Exception as exc:
+            log.exception("session failed")
+            await self._emit({"type": "error", "message": f"session failed: {exc}"})
+        finally:
+            if self._closed:
+                await self._stop_turn()
+            elif self._turn_task is not None:
+                await asyncio.gather(self._turn_task, return_exceptions=True)   # input ended: let the last turn finish
+
+    async def close(self) -> None:
+        """End the session: stop the current turn and drop queued audio. Idempotent."""
+        if not self._closed:
+            self._closed = True
+            self._input.put_nowait(None)
+        await self._stop_turn()
+        self.playback.clear()
+
+    def end_input(self) -> None:
+        """No more audio will come (a file ran out); pending turns still finish."""
+        if not self._closed:
+            self._input.put_nowait(None)
+
+    async def wait_idle(self, poll_s: float = 0.01) -> None:
+        """Until all input is processed, no turn is in progress and playback has drained."""
+        while (not self._input.empty() or self.playback.busy
+               or (self._turn_task is not None and not self._turn_task.done())):
+            await asyncio.sleep(poll_s)
+
+    def _agent_speaking(self) -> bool:
+        return self.playback.busy or (self._turn_task is not None and not self._turn_task.done())
+
+    # --- turn decisions --------------------------------------------------------------------------------------
+
+    async def _on_speech_start(self, event: SpeechStart) -> None:
+        if not (self.options.barge_in and self._agent_speaking()):
+            return
+        # Barge-in: silence the agent first (the caller must stop hearing it now), then settle the history.
+        self._cancel.set()
+        heard = self.playback.clear()
+        if self.on_clear is not None:
+            self.on_clear()
+        log.info("barge-in at %.0f ms; the user heard %r", event.time_ms, heard)
+        trace = self.turns[-1] if self.turns else None
+        if trace is not None:
+            trace.heard = " ".join(filter(None, [trace.heard, heard]))
+        await self._stop_turn()
+        self.agent.truncate_last_reply(trace.heard if trace else heard)
+
+    def _on_speech_end(self, event: SpeechEnd) -> None:
+        trace = TurnTrace(end_of_turn_delay_ms=event.time_ms - event.last_voiced_ms)
+        self.turns.append(trace)
+        self._cancel = threading.Event()
+        self._turn_task = asyncio.create_task(self._run_turn(event.audio, trace, self._cancel))
+
+    async def _stop_turn(self) -> None:
+        task, self._turn_task = self._turn_task, None
+        if task is not None and not task.done():
+            self._cancel.set()
+            try:
+                await task
+            except asyncio.CancelledError:
+                pass
+
+    def _maybe_partial(self) -> None:
+        if not (self.options.realtime and self.detector.in_speech) or self._partial_busy:
+            return
+        if self._stream_ms < self._next_partial_ms:
+            return
+        self._next_partial_ms = self._stream_ms + self.options.partial_interval_ms
+        audio = self.detector.utterance_audio()
+        if len(audio) < FRAME_SAMPLES * 25:   # under 0.5 s there is nothing worth showing
+            return
+        self._partial_busy = True
+        asyncio.create_task(self._partial(audio))
+
+    async def _partial(self, audio: np.ndarray) -> None:
+        try:
+            text = await self._loop.run_in_executor(self.services.partial_pool, self.services.asr.transcribe, audio)
+            if text and self.detector.in_speech:
+                await self._emit({"type": "transcript", "text": text, "final": False})
+        except Exception:
+            log.exception("partial transcript failed")
+        finally:
+            self._partial_busy = False
+
+    # --- one turn --------------------------------------------------------------------------------------------
+
+    async def _run_turn(self, audio: np.ndarray, trace: TurnTrace, cancel: threading.Event) -> None:
+        try:
+            text = await self._loop.run_in_executor(self.services.asr_pool, self.services.asr.transcribe, audio)
+            trace.mark("transcript")
+            if not text.strip() or cancel.is_set():
+                return
+            trace.transcript = text
+            await self._emit({"type": "transcript", "text": text, "final": True})
+            self.playback.take_heard()   # heard-text accounting starts with this turn
+            await self._respond(text, trace, cancel)
+            if not cancel.is_set():
+                await self._finish_turn(trace)
+        except Exception as exc:  # a failed turn is reported; the session keeps listening
+            log.exception("turn failed")
+            await self._emit({"type": "error", "message": f"turn failed: {exc}"})
+
+    async def _respond(self, text: str, trace: TurnTrace, cancel: threading.Event) -> None:
+        """Run the agent in its executor and speak its text clause by clause as blocks settle."""
+        loop = self._loop
+        pieces: asyncio.Queue[str | None] = asyncio.Queue()
+
+        def on_text(piece: str) -> None:
+            loop.call_soon_threadsafe(pieces.put_nowait, piece)
+
+        def on_tool(call) -> None:
+            loop.call_soon_threadsafe(self._on_tool, call)
+
+        job = loop.run_in_executor(self.services.llm_pool, self.agent.respond, text, on_text, on_tool, cancel)
+        job.add_done_callback(lambda _: pieces.put_nowait(None))
+        splitter, said = ClauseSplitter(), ""
+        while (piece := await pieces.get()) is not None:
+            trace.mark("llm_first_text")
+            said += piece
+            await self._emit({"type": "reply", "text": said.strip(), "final": False})
+            for clause in splitter.push(piece):
+                await self._speak(clause, trace, cancel)
+        if (rest := splitter.flush()) is not None:
+            await self._speak(rest, trace, cancel)
+        result = await job
+        trace.llm_passes, trace.llm_tokens, trace.llm_ms = result.passes, result.tokens, result.llm_s * 1000
+        trace.reply = result.reply
+        if not result.cancelled:
+            await self._emit({"type": "reply", "text": result.reply, "final": True})
+
+    async def _speak(self, clause: str, trace: TurnTrace, cancel: threading.Event) -> None:
+        if cancel.is_set() or not clause.strip():
+            return
+        tts = self.services.tts
+        audio = await self._loop.run_in_executor(self.services.tts_pool, tts.synthesize, clause)
+        if cancel.is_set():
+            return
+        trace.mark("tts_first_audio")
+        audio = resample(audio, tts.sample_rate_hz, self.playback.sample_rate_hz)
+        if trace.first_chunk_id is None:
+            trace.first_chunk_id = self.playback.enqueue(audio, clause)
+        else:
+            self.playback.enqueue(audio, clause)
+
+    def _on_tool(self, call) -> None:
+        event = {"type": "tool", "name": call.name, "arguments": call.arguments, "result": call.result}
+        asyncio.ensure_future(self._emit(event))
+        if call.name in CONTROL_TOOLS and call.result.get("ok"):
+            self._pending_control = call.name
+
+    async def _finish_turn(self, trace: TurnTrace) -> None:
+        """After the reply: the metrics event once audio went out, then any control action once it was heard."""
+        while self.playback.busy and "first_audio_out" not in trace.marks:
+            await asyncio.sleep(0.005)
+        await self._emit(trace.metrics_event())
+        log.info("turn: %s", trace.summary())
+        if self._pending_control:
+            while self.playback.busy:
+                await asyncio.sleep(0.01)
+            control, self._pending_control = self._pending_control, None
+            if self.on_control is not None:
+                await self.on_control(control)
+
+    def _on_playback_event(self, event: str) -> None:
+        # called on the transport's thread when it pulls audio
+        if event == "started" and self.turns and self._loop is not None:
+            trace = self.turns[-1]
+            self._loop.call_soon_threadsafe(trace.mark, "first_audio_out")
+
+    async def _emit(self, event: dict) -> None:
+        try:
+            await self.send_event(event)
+        except Exception:  # a closed channel must not take the session's audio down
+            log.warning("could not send %s event", event.get("type"), exc_info=True)
