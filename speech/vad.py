@@ -1,4 +1,5 @@
 """Turn detection: webrtcvad voiced/unvoiced decisions over 20 ms frames, plus an endpoint policy."""
+import math
 from collections import deque
 from dataclasses import dataclass
 
@@ -7,15 +8,25 @@ import webrtcvad
 
 from speech.audio import FRAME_MS, FRAME_SAMPLES, SAMPLE_RATE_HZ, frames
 
+# Noise floor = this percentile of frame levels over the last few seconds: speech has quiet gaps
+# (stop closures, pauses) often enough that the low percentile stays on the noise, not the voice.
+_FLOOR_WINDOW_FRAMES = 150   # 3 s
+_FLOOR_PERCENTILE = 10
+
 
 @dataclass(frozen=True)
 class VadConfig:
     aggressiveness: int = 2       # webrtcvad mode 0-3; higher rejects more noise as non-speech
     start_ms: int = 100           # voiced audio (within a 2 * start_ms window) needed to declare speech_start
-    silence_ms: int = 500         # trailing unvoiced audio that ends the turn
+    # NOTE: 600 ms from python -m speech.bench vad (Piper turns with 300/500/700 ms mid-sentence pauses,
+    # clean and steady noise at 20 and 10 dB SNR): 500 ms cut 61-67% of turns at a 500 ms pause, 600 ms cut 6-11%,
+    # 300 ms pauses never; the endpoint then lands ~590 ms after the last word. 700 ms would cut none at
+    # 500 ms but every turn would wait 100 ms more, and pauses of 700 ms are rare inside a sentence.
+    silence_ms: int = 600         # trailing unvoiced audio that ends the turn
     preroll_ms: int = 200         # audio kept before the first voiced frame, so the first syllable survives
     tail_ms: int = 100            # unvoiced audio kept after the last voiced frame in SpeechEnd.audio
     max_utterance_ms: int = 20_000  # a turn longer than this is ended anyway (noise that never stops)
+    noise_margin_db: float = 3.0  # a voiced frame must also be this much louder than the noise floor; 0 = off
 
     def __post_init__(self):
         if self.aggressiveness not in (0, 1, 2, 3):
@@ -26,6 +37,8 @@ class VadConfig:
             value = getattr(self, name)
             if not low <= value <= high or value % FRAME_MS:
                 raise ValueError(f"{name} must be a multiple of {FRAME_MS} ms in [{low}, {high}], got {value}")
+        if not 0 <= self.noise_margin_db <= 20:
+            raise ValueError(f"noise_margin_db must be in [0, 20] dB, got {self.noise_margin_db}")
         if self.tail_ms > self.silence_ms:
             raise ValueError(f"tail_ms ({self.tail_ms}) must not exceed silence_ms ({self.silence_ms})")
 
@@ -56,6 +69,8 @@ class TurnDetector:
     def reset(self) -> None:
         """Back to the initial state: no speech, stream time 0, nothing buffered."""
         self._frames_pushed = 0
+        self._levels_db = np.zeros(_FLOOR_WINDOW_FRAMES)  # ring of recent frame levels, dB re 1 LSB
+        self._levels_seen = 0
         # Before speech: the last preroll + window frames as (frame, voiced), to seed the utterance.
         self._history: deque[tuple[np.ndarray, bool]] = deque(maxlen=self._preroll_frames + self._window_frames)
         self._utterance: list[np.ndarray] = []  # frames of the current turn, pre-roll included
@@ -82,11 +97,26 @@ class TurnDetector:
         if frame.dtype != np.int16 or frame.shape != (FRAME_SAMPLES,):
             raise ValueError(f"push expects a ({FRAME_SAMPLES},) int16 frame (20 ms at 16 kHz), "
                              f"got shape {frame.shape} dtype {frame.dtype}")
-        voiced = self._vad.is_speech(frame.tobytes(), SAMPLE_RATE_HZ)
+        voiced = self._is_voiced(frame)
         self._frames_pushed += 1
         if not self._in_speech:
             return self._push_idle(frame, voiced)
         return self._push_speech(frame, voiced)
+
+    def _is_voiced(self, frame: np.ndarray) -> bool:
+        """webrtcvad's decision, gated by level above the noise floor (webrtcvad calls steady noise
+        at 15 dB SNR voice in 66% of frames; with a 3 dB gate, 0%; python -m speech.bench vad)."""
+        voiced = self._vad.is_speech(frame.tobytes(), SAMPLE_RATE_HZ)
+        if self.config.noise_margin_db == 0:
+            return voiced
+        x = frame.astype(np.float64)
+        level_db = 20 * math.log10(math.sqrt(float(np.dot(x, x)) / x.size) + 1.0)
+        self._levels_db[self._levels_seen % _FLOOR_WINDOW_FRAMES] = level_db
+        self._levels_seen += 1
+        n = min(self._levels_seen, _FLOOR_WINDOW_FRAMES)
+        k = (n - 1) * _FLOOR_PERCENTILE // 100
+        floor_db = np.partition(self._levels_db[:n], k)[k]
+        return voiced and level_db > floor_db + self.config.noise_margin_db
 
     def _push_idle(self, frame: np.ndarray, voiced: bool) -> list[SpeechStart | SpeechEnd]:
         self._history.append((frame, voiced))

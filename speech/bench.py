@@ -1,0 +1,166 @@
+"""Speech-stage measurements, printed as tables: `python -m speech.bench [vad|asr|tts]`.
+
+vad: endpointing on Piper speech with mid-sentence pauses and added noise, over aggressiveness x silence_ms.
+asr: transcribe latency for short utterances, 10 s encoder window vs Whisper's 30 s.
+tts: time to the first clause's audio vs the whole reply.
+"""
+import argparse
+import statistics
+import time
+
+import numpy as np
+
+from speech.asr import AsrOptions, Transcriber
+from speech.audio import SAMPLE_RATE_HZ, resample
+from speech.tts import Synthesizer
+from speech.vad import SpeechEnd, SpeechStart, VadConfig, detect_turns
+
+# Each turn is spoken clause by clause with a pause between clauses, like a person thinking mid-sentence.
+TURNS = [
+    ["I'd like to book a haircut", "for next Tuesday afternoon"],
+    ["Can you tell me", "what time you open", "on Saturday morning?"],
+    ["My name is Anna Berg", "and my number is five five five, one two three four."],
+    ["Actually", "could we make that", "a little later in the day?"],
+    ["Yes please", "that works for me."],
+    ["I need to cancel my appointment", "because something came up at work."],
+]
+PAUSES_MS = (300, 500, 700)
+SNRS_DB = (None, 20, 10)   # None = clean; noise is pinkish, steady
+EDGE_MS = 1_000            # silence before and after each turn
+_VOICED_LEVEL = 500        # |int16| above this counts as speech when trimming Piper's edges
+
+
+def _speech(synth: Synthesizer, text: str) -> np.ndarray:
+    """Piper speech at 16 kHz with its own leading and trailing silence trimmed."""
+    audio = resample(synth.synthesize(text), synth.sample_rate_hz, SAMPLE_RATE_HZ)
+    voiced = np.flatnonzero(np.abs(audio) > _VOICED_LEVEL)
+    return audio[voiced[0]:voiced[-1] + 1]
+
+
+def _turn_audio(clauses: list[np.ndarray], pause_ms: int) -> tuple[np.ndarray, float, float]:
+    """(audio, speech start ms, speech end ms): clauses joined by pause_ms of silence, EDGE_MS around."""
+    gap = np.zeros(pause_ms * SAMPLE_RATE_HZ // 1000, dtype=np.int16)
+    edge = np.zeros(EDGE_MS * SAMPLE_RATE_HZ // 1000, dtype=np.int16)
+    speech = np.concatenate([part for clause in clauses for part in (clause, gap)][:-1])
+    return np.concatenate([edge, speech, edge]), EDGE_MS, EDGE_MS + speech.size * 1000 / SAMPLE_RATE_HZ
+
+
+def _noise(n: int, rms: float, rng: np.random.Generator) -> np.ndarray:
+    """Noise with more low-frequency energy than white, like a room or a fan."""
+    white = rng.normal(0.0, 1.0, n + 7)
+    pinkish = np.convolve(white, np.ones(8), mode="valid")
+    return pinkish * rms / pinkish.std()
+
+
+def _add_noise(audio: np.ndarray, noise_rms: float, rng: np.random.Generator) -> np.ndarray:
+    if noise_rms == 0:
+        return audio
+    return np.clip(audio + _noise(audio.size, noise_rms, rng), -32768, 32767).astype(np.int16)
+
+
+def bench_vad() -> None:
+    synth = Synthesizer()
+    rng = np.random.default_rng(0)
+    spoken = [[_speech(synth, c) for c in clauses] for clauses in TURNS]
+    loud = np.concatenate([c for clauses in spoken for c in clauses]).astype(np.float64)
+    speech_rms = np.sqrt(np.mean(loud[np.abs(loud) > _VOICED_LEVEL] ** 2))
+    noise_levels = {snr: 0.0 if snr is None else speech_rms / 10 ** (snr / 20) for snr in SNRS_DB}
+    cases = [(_add_noise(audio, noise_levels[snr], rng), start, end, pause)
+             for pause in PAUSES_MS for snr in SNRS_DB
+             for audio, start, end in (_turn_audio(clauses, pause) for clauses in spoken)]
+    noise_only = [_add_noise(np.zeros(10 * SAMPLE_RATE_HZ, np.int16), level, rng)
+                  for level in noise_levels.values() if level]
+    print(f"{len(cases)} turns: {len(TURNS)} texts x pauses {PAUSES_MS} ms x SNR {SNRS_DB} dB "
+          f"(speech RMS {speech_rms:.0f})")
+    print("cut% = turns split at a mid-sentence pause of that length; miss% = turn never ended;")
+    print("end = endpoint decision - true speech end (median, p90); head = audio kept before the true onset;")
+    print("false = speech_starts per minute of noise alone")
+    print(f"{'aggr':>4} {'silence':>7} " + " ".join(f"{'cut%@' + str(p):>9}" for p in PAUSES_MS)
+          + f" {'miss%':>6} {'end ms':>7} {'p90':>5} {'head ms':>7} {'false':>6}")
+    for aggressiveness in (1, 2, 3):
+        for silence_ms in (300, 400, 500, 600, 700, 800):
+            config = VadConfig(aggressiveness=aggressiveness, silence_ms=silence_ms)
+            print(_vad_row(config, cases, noise_only))
+
+
+def _vad_row(config: VadConfig, cases, noise_only) -> str:
+    cuts = {p: 0 for p in PAUSES_MS}
+    misses, end_delays, heads = 0, [], []
+    for audio, start_ms, end_ms, pause in cases:
+        ends = [e for e in detect_turns(audio, config) if isinstance(e, SpeechEnd)]
+        if not ends:
+            misses += 1
+            continue
+        cuts[pause] += any(e.time_ms < end_ms for e in ends)
+        end_delays.append(ends[-1].time_ms - end_ms)
+        # The first utterance's audio ends tail_ms after its last voiced frame.
+        utterance_start_ms = ends[0].last_voiced_ms + config.tail_ms - ends[0].audio.size * 1000 / SAMPLE_RATE_HZ
+        heads.append(start_ms - utterance_start_ms)
+    noise_minutes = sum(a.size for a in noise_only) / SAMPLE_RATE_HZ / 60
+    false_starts = sum(isinstance(e, SpeechStart) for a in noise_only for e in detect_turns(a, config))
+    per_pause = len(cases) // len(PAUSES_MS)
+    cut_cols = " ".join(f"{100 * cuts[p] / per_pause:>9.0f}" for p in PAUSES_MS)
+    median = statistics.median(end_delays) if end_delays else float("nan")
+    p90 = float(np.percentile(end_delays, 90)) if end_delays else float("nan")
+    head = statistics.median(heads) if heads else float("nan")
+    return (f"{config.aggressiveness:>4} {config.silence_ms:>7} {cut_cols} {100 * misses / len(cases):>6.0f} "
+            f"{median:>7.0f} {p90:>5.0f} {head:>7.0f} {false_starts / noise_minutes:>6.1f}")
+
+
+def bench_asr(repeats: int = 5) -> None:
+    synth = Synthesizer()
+    texts = ["Yes, that works.", "I'd like to book a haircut for Tuesday afternoon.",
+             "Can you move my appointment to Friday at three thirty in the afternoon, please?"]
+    clips = [resample(synth.synthesize(t), synth.sample_rate_hz, SAMPLE_RATE_HZ) for t in texts]
+    print(f"{'window':>7} {'threads':>7} " + " ".join(f"{f'{c.size / SAMPLE_RATE_HZ:.1f} s':>8}" for c in clips)
+          + "   (median transcribe ms)")
+    baseline = None
+    for window_s in (30.0, 10.0):
+        for threads in (1, 2):
+            transcriber = Transcriber(AsrOptions(window_s=window_s, cpu_threads=threads))
+            transcriber.warm_up()
+            medians = []
+            for clip in clips:
+                times = []
+                for _ in range(repeats):
+                    start = time.perf_counter()
+                    transcriber.transcribe(clip)
+                    times.append(1000 * (time.perf_counter() - start))
+                medians.append(statistics.median(times))
+            baseline = baseline or medians
+            ratios = " ".join(f"{b / m:.2f}x" for b, m in zip(baseline, medians))
+            print(f"{window_s:>7.0f} {threads:>7} " + " ".join(f"{m:>8.0f}" for m in medians)
+                  + f"   speed-up vs 30 s/1 thread: {ratios}")
+
+
+def bench_tts(repeats: int = 5) -> None:
+    synth = Synthesizer()
+    synth.warm_up()
+    reply = ("Sure, I can help with that. I have an opening on Tuesday at 3:30 p.m. with Maria, "
+             "and another one on Wednesday morning at ten. Which one would you prefer?")
+    first, whole, audio_s = [], [], 0.0
+    for _ in range(repeats):
+        start = time.perf_counter()
+        chunks = []
+        for _, audio in synth.stream(reply):
+            if not chunks:
+                first.append(1000 * (time.perf_counter() - start))
+            chunks.append(audio)
+        whole.append(1000 * (time.perf_counter() - start))
+        audio_s = sum(c.size for c in chunks) / synth.sample_rate_hz
+    print(f"reply: {len(reply)} chars, {audio_s:.1f} s of audio")
+    print(f"{'first clause ms':>16} {'whole reply ms':>15} {'ratio':>6} {'real-time factor':>17}")
+    first_ms, whole_ms = statistics.median(first), statistics.median(whole)
+    print(f"{first_ms:>16.0f} {whole_ms:>15.0f} {whole_ms / first_ms:>5.1f}x {whole_ms / 1000 / audio_s:>17.3f}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("which", nargs="*", choices=["vad", "asr", "tts"], default=["vad", "asr", "tts"])
+    for which in parser.parse_args().which:
+        print(f"== {which}")
+        {"vad": bench_vad, "asr": bench_asr, "tts": bench_tts}[which]()
+
+
+if __name__ == "__main__":
+    main()
