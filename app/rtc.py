@@ -68,6 +68,9 @@ def _check_sdp(sdp: str) -> None:
     if not audio:
         raise OfferError("the offer has no audio m-line: Parley needs the microphone")
     media = audio[0]
+    if media.direction not in ("sendrecv", "sendonly"):
+        raise OfferError("the audio m-line must send the microphone (a=sendrecv or a=sendonly), "
+                         f"got {media.direction or 'no direction'}")
     codecs = [c.mimeType.lower() for c in media.rtp.codecs]
     if "audio/opus" not in codecs:
         raise OfferError(f"the audio m-line offers no Opus codec (offered: {', '.join(codecs) or 'none'})")
