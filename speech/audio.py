@@ -64,7 +64,7 @@ def to_mono(samples: np.ndarray) -> np.ndarray:
 
 def float_to_int16(x: np.ndarray) -> np.ndarray:
     """[-1, 1] float -> int16; values outside the range are clipped."""
-    return np.clip(np.rint(np.asarray(x, dtype=np.float64) * 32767.0), -32768, 32767).astype(np.int16)
+    return np.rint(np.clip(np.asarray(x, dtype=np.float64), -1.0, 1.0) * 32767.0).astype(np.int16)
 
 
 def int16_to_float(x: np.ndarray) -> np.ndarray:

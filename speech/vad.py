@@ -18,10 +18,10 @@ _FLOOR_PERCENTILE = 10
 class VadConfig:
     aggressiveness: int = 2       # webrtcvad mode 0-3; higher rejects more noise as non-speech
     start_ms: int = 100           # voiced audio (within a 2 * start_ms window) needed to declare speech_start
-    # NOTE: 600 ms from python -m speech.bench vad (Piper turns with 300/500/700 ms mid-sentence pauses,
-    # clean and steady noise at 20 and 10 dB SNR): 500 ms cut 61-67% of turns at a 500 ms pause, 600 ms cut 6-11%,
-    # 300 ms pauses never; the endpoint then lands ~590 ms after the last word. 700 ms would cut none at
-    # 500 ms but every turn would wait 100 ms more, and pauses of 700 ms are rare inside a sentence.
+    # NOTE: 600 ms from `python -m speech.bench vad` (Piper turns with 300/500/700 ms pauses mid-sentence,
+    # clean and in steady noise at 20 and 10 dB SNR): 500 ms split 61-67% of the turns that had a 500 ms
+    # pause, 600 ms split 6-11%, 700 ms ~6% but every reply waits 100 ms more; 300 ms pauses never split
+    # from 400 ms up. The endpoint lands silence_ms (+0-15 ms) after the last word.
     silence_ms: int = 600         # trailing unvoiced audio that ends the turn
     preroll_ms: int = 200         # audio kept before the first voiced frame, so the first syllable survives
     tail_ms: int = 100            # unvoiced audio kept after the last voiced frame in SpeechEnd.audio
@@ -104,8 +104,8 @@ class TurnDetector:
         return self._push_speech(frame, voiced)
 
     def _is_voiced(self, frame: np.ndarray) -> bool:
-        """webrtcvad's decision, gated by level above the noise floor (webrtcvad calls steady noise
-        at 15 dB SNR voice in 66% of frames; with a 3 dB gate, 0%; python -m speech.bench vad)."""
+        """webrtcvad's decision, gated by level above the noise floor: alone, webrtcvad called 66-84% of
+        steady-noise frames voiced at 15-10 dB SNR and those turns never ended; with a 3 dB gate, 0%."""
         voiced = self._vad.is_speech(frame.tobytes(), SAMPLE_RATE_HZ)
         if self.config.noise_margin_db == 0:
             return voiced

@@ -9,3 +9,40 @@ if not torch.cuda.is_available():
 import pytest  # noqa: E402
 
 requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+# --- speech: the real bundled models, loaded once per test session -------------------------------------
+
+@pytest.fixture(scope="session")
+def synthesizer():
+    """The bundled Piper voice (en_US-joe-medium, 22.05 kHz), warmed up."""
+    from speech.tts import Synthesizer
+
+    synth = Synthesizer()
+    synth.warm_up()
+    return synth
+
+
+@pytest.fixture(scope="session")
+def transcriber():
+    """The bundled Whisper tiny.en on the CPU, warmed up."""
+    from speech.asr import Transcriber
+
+    asr = Transcriber()
+    asr.warm_up()
+    return asr
+
+
+@pytest.fixture(scope="session")
+def speak(synthesizer):
+    """speak(text) -> int16 16 kHz Piper speech; cached, so the same text gives the same audio all session."""
+    from speech.audio import SAMPLE_RATE_HZ, resample
+
+    cache: dict[str, "object"] = {}
+
+    def speak(text: str):
+        if text not in cache:
+            cache[text] = resample(synthesizer.synthesize(text), synthesizer.sample_rate_hz, SAMPLE_RATE_HZ)
+        return cache[text].copy()
+
+    return speak
