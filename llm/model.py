@@ -47,8 +47,9 @@ class KVCache:
 
     def __init__(self, args: ModelArgs, batch: int, max_len: int, device=None, dtype=None):
         shape = (args.n_layers, batch, args.n_kv_heads, max_len, args.head_dim)
-        self.k = torch.zeros(shape, device=device, dtype=dtype)
-        self.v = torch.zeros(shape, device=device, dtype=dtype)
+        # uninitialized: a chunk writes its positions before anything reads them
+        self.k = torch.empty(shape, device=device, dtype=dtype)
+        self.v = torch.empty(shape, device=device, dtype=dtype)
 
     @property
     def max_len(self) -> int:
@@ -93,7 +94,7 @@ class Block(nn.Module):
         self.up_proj = nn.Linear(d, args.mlp_hidden_size, bias=False)
         self.ff_out = nn.Linear(args.mlp_hidden_size, d, bias=False)
 
-    def attend(self, x, cos, sin, start_pos, cache_kv, key_padding_mask, causal):
+    def attend(self, x, cos, sin, start_pos, cache_kv, kv_len, key_padding_mask, causal):
         B, T, _ = x.shape
         a = self.args
         q = self.q_proj(x).view(B, T, a.n_heads, a.head_dim).transpose(1, 2)  # (B, H, T, D)
@@ -101,20 +102,19 @@ class Block(nn.Module):
         v = self.v_proj(x).view(B, T, a.n_kv_heads, a.head_dim).transpose(1, 2)
         q, k = kernels.rope(q, k, cos, sin)
         if cache_kv is not None:
-            # write this chunk's keys at its absolute positions, then attend to everything up to its end
+            # write this chunk's keys at its absolute positions, then attend to the first kv_len cached ones
             cache_k, cache_v = cache_kv  # (B, Hkv, T_max, D)
-            end = start_pos + T
-            cache_k[:, :, start_pos:end] = k
-            cache_v[:, :, start_pos:end] = v
-            k, v = cache_k[:, :, :end], cache_v[:, :, :end]  # (B, Hkv, end, D)
+            cache_k[:, :, start_pos:start_pos + T] = k
+            cache_v[:, :, start_pos:start_pos + T] = v
+            k, v = cache_k[:, :, :kv_len], cache_v[:, :, :kv_len]  # (B, Hkv, kv_len, D)
         if causal:
             y = causal_attention(q, k, v, start_pos)
         else:
             y = kernels.attention(q, k, v, key_padding_mask)  # (B, H, T, D)
         return self.attn_out(y.transpose(1, 2).reshape(B, T, a.n_heads * a.head_dim))
 
-    def forward(self, x, cos, sin, start_pos=0, cache_kv=None, key_padding_mask=None, causal=False):
-        x = x + self.attend(self.attn_norm(x), cos, sin, start_pos, cache_kv, key_padding_mask, causal)
+    def forward(self, x, cos, sin, start_pos=0, cache_kv=None, kv_len=None, key_padding_mask=None, causal=False):
+        x = x + self.attend(self.attn_norm(x), cos, sin, start_pos, cache_kv, kv_len, key_padding_mask, causal)
         h = self.ff_norm(x)
         return x + self.ff_out(kernels.swiglu(self.ff_proj(h), self.up_proj(h)))
 
@@ -164,22 +164,24 @@ class Transformer(nn.Module):
         p = self.transformer.wte.weight
         return KVCache(self.args, batch, max_len, device=p.device, dtype=p.dtype)
 
-    def trunk(self, ids, start_pos=0, cache: KVCache | None = None, key_padding_mask=None, causal=False):
+    def trunk(self, ids, start_pos=0, cache: KVCache | None = None, kv_len=None, key_padding_mask=None,
+              causal=False):
         """ids (B, T) at positions start_pos.. -> residual stream (B, T, d_model), before the final norm.
 
-        With a cache, this chunk's keys/values are written at their positions and attention reaches every
-        cached position before the chunk's end; key_padding_mask (B, start_pos + T) then covers all of them.
+        With a cache, this chunk's keys/values are written at their positions and attention reaches the first
+        kv_len cached positions (default: up to the chunk's end); key_padding_mask (B, kv_len) then covers them.
         """
         T = ids.shape[1]
         if start_pos + T > self.args.max_sequence_length:
             raise ValueError(f"sequence of {start_pos + T} tokens exceeds max_sequence_length="
                              f"{self.args.max_sequence_length}")
+        kv_len = start_pos + T if kv_len is None else kv_len
         cos = self.rope_cos[start_pos:start_pos + T]  # (T, D)
         sin = self.rope_sin[start_pos:start_pos + T]
         x = self.transformer.wte(ids)  # (B, T, d_model)
         for i, block in enumerate(self.transformer.blocks):
             cache_kv = None if cache is None else (cache.k[i], cache.v[i])
-            x = block(x, cos, sin, start_pos, cache_kv, key_padding_mask, causal)
+            x = block(x, cos, sin, start_pos, cache_kv, kv_len, key_padding_mask, causal)
         return x
 
     def head(self, x: torch.Tensor) -> torch.Tensor:

@@ -1,0 +1,120 @@
+"""The Engine: a loaded model, its tokenizer and chat format, and `generate` with per-block streaming."""
+import threading
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+from tokenizers import Tokenizer
+
+from llm import chat
+from llm.generate import DecodeOptions, ModelDenoiser, SpecialIds, denoise_reply
+from llm.model import Transformer
+
+
+@dataclass
+class Generation:
+    text: str             # the reply, up to (not including) end of turn / EOS
+    passes: int           # denoising forward passes
+    tokens: int           # tokens generated (excluding the dropped canvas after EOS)
+    seconds: float
+    first_block_s: float  # time to the first on_block call (the whole run when no block settled)
+    stopped: str          # "eos", "length" or "cancelled"
+
+
+class TextStream:
+    """Turns settled token blocks into text pieces whose concatenation is the decoded reply.
+
+    The whole reply so far is decoded each time (byte-level BPE may split a character across blocks) and a
+    trailing U+FFFD (an unfinished UTF-8 sequence) is held back until the next block completes it.
+    """
+
+    def __init__(self, tokenizer: Tokenizer):
+        self.tokenizer = tokenizer
+        self.ids: list[int] = []
+        self.text = ""  # what has been handed out so far
+
+    def push(self, ids: list[int], final: bool = False) -> str:
+        self.ids += ids
+        decoded = self.tokenizer.decode(self.ids, skip_special_tokens=True)
+        if not final:
+            decoded = decoded.rstrip("\ufffd")
+        if decoded.startswith(self.text):
+            piece = decoded[len(self.text):]
+        else:  # a decoder that rewrote earlier text: what was spoken stays, add only the new ids' text
+            piece = self.tokenizer.decode(ids, skip_special_tokens=True)
+        self.text += piece
+        return piece
+
+
+def _cache_mode(use_cache) -> str:
+    if use_cache is True:
+        return "prefix"
+    if use_cache is False:
+        return "none"
+    return use_cache  # "prefix" | "dual" | "none", checked by DecodeOptions
+
+
+class Engine:
+    """A diffusion LM ready to chat: `generate(messages)` writes the assistant's reply."""
+
+    def __init__(self, model: Transformer, tokenizer: Tokenizer, chat_style: str, special: SpecialIds,
+                 bos_token: str | None = None):
+        if chat_style not in chat.STYLES:
+            raise ValueError(f"chat_style {chat_style!r}: choose one of {', '.join(chat.STYLES)}")
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.chat_style = chat_style
+        self.special = special
+        self.bos_token = bos_token  # LLaDA's template opens with it
+        weight = model.transformer.wte.weight
+        self.device, self.dtype = weight.device, weight.dtype
+
+    def prompt_ids(self, messages: list[dict]) -> list[int]:
+        """The conversation in this model's chat format, tokenized, ending with the assistant header."""
+        text = chat.render(messages, self.chat_style, add_generation_prompt=True, bos_token=self.bos_token)
+        return self.tokenizer.encode(text, add_special_tokens=False).ids
+
+    def generate(self, messages: list[dict], *, max_new_tokens: int = 128, block_length: int = 32,
+                 threshold: float = 0.9, steps: int | None = None, temperature: float = 0.0,
+                 on_block: Callable[[str], None] | None = None, cancel: threading.Event | None = None,
+                 use_cache: bool | str = True, seed: int | None = None, stop_at_eos: bool = True) -> Generation:
+        """The assistant's reply to messages; on_block(text) gets each block's new text as soon as it settles.
+
+        use_cache: True/"prefix" (Fast-dLLM prefix cache), "dual" (prefix and suffix), False/"none".
+        """
+        opts = DecodeOptions(max_new_tokens=max_new_tokens, block_length=block_length, threshold=threshold,
+                             steps=steps, temperature=temperature, cache=_cache_mode(use_cache),
+                             stop_at_eos=stop_at_eos)
+        return self.generate_ids(self.prompt_ids(messages), opts, on_block=on_block, cancel=cancel, seed=seed)
+
+    @torch.inference_mode()
+    def generate_ids(self, prompt_ids: list[int], opts: DecodeOptions, on_block=None, cancel=None,
+                     seed: int | None = None) -> Generation:
+        """generate() on an already tokenized prompt."""
+        start = time.perf_counter()
+        first_block_s = None
+        stream = TextStream(self.tokenizer)
+
+        def settled(ids: list[int]) -> None:
+            nonlocal first_block_s
+            piece = stream.push(ids)
+            if first_block_s is None:
+                first_block_s = time.perf_counter() - start
+            if on_block is not None and piece:
+                on_block(piece)
+
+        generator = None
+        if seed is not None:
+            generator = torch.Generator(device=self.device).manual_seed(seed)
+        prompt = torch.tensor(prompt_ids, dtype=torch.long, device=self.device)
+        denoise = ModelDenoiser(self.model, len(prompt_ids) + opts.max_new_tokens, opts.cache, opts.refresh_passes)
+        decoded = denoise_reply(denoise, prompt, self.special, opts, on_block=settled, cancel=cancel,
+                                generator=generator)
+        tail = stream.push([], final=True)  # a held-back partial character, if the reply ended on one
+        if on_block is not None and tail:
+            on_block(tail)
+        seconds = time.perf_counter() - start
+        return Generation(text=stream.text, passes=decoded.passes, tokens=len(decoded.tokens), seconds=seconds,
+                          first_block_s=seconds if first_block_s is None else first_block_s,
+                          stopped=decoded.stopped)
