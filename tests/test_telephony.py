@@ -1,0 +1,460 @@
+"""The Twilio Media Streams transport, against the real server socket.
+
+A Twilio simulator (a real WebSocket client) speaks mu-law at real-time pace, plays the agent's audio back at
+real-time pace, echoes marks once their audio has played and honours `clear` as Twilio does. The speech models
+are the real bundled ones; the language model is the scripted test double.
+"""
+import asyncio
+import base64
+import json
+import threading
+import time
+from collections import deque
+from contextlib import contextmanager
+from dataclasses import replace
+
+import numpy as np
+import pytest
+import uvicorn
+from websockets.asyncio.client import connect
+from websockets.exceptions import ConnectionClosed, InvalidStatus
+
+from app import twilio
+from app.server import create_app
+from app.services import Services
+from app.session import Session
+from app.settings import Settings
+from app.telephony import telephony_stats
+from speech.audio import SAMPLE_RATE_HZ, mulaw_to_pcm, pcm_to_mulaw, resample
+from tests.fakes import FakeEngine, FakeToolbox, last_user
+
+REPLY_HOURS = "We open at nine in the morning. On Saturdays we open at ten. On Sundays we stay closed all day long."
+REPLY_GO_AHEAD = "Of course, please go ahead."
+REPLY_GOODBYE = "Goodbye, and thank you for calling."
+END_CALL = '<tool_call>{"name": "end_call", "arguments": {}}</tool_call>'
+TOKEN = "test-auth-token"
+
+
+def script(messages: list[dict]) -> str:
+    if messages[-1]["role"] == "tool":
+        return REPLY_GOODBYE
+    heard = last_user(messages).lower()
+    if "bye" in heard:
+        return END_CALL
+    if "open" in heard:
+        return REPLY_HOURS
+    return REPLY_GO_AHEAD
+
+
+# --- pure protocol helpers ----------------------------------------------------------------------------------
+
+
+def test_signature_matches_twilios_documented_example():
+    # The example request of Twilio's security docs, with its published signature.
+    params = {"CallSid": "CA1234567890ABCDE", "Caller": "+12349013030", "Digits": "1234",
+              "From": "+12349013030", "To": "+18005551212"}
+    url = "https://mycompany.com/myapp.php?foo=1&bar=2"
+    assert twilio.compute_signature("12345", url, params) == "0/KCTR6DLpKmkAf8muzZqo1nDgQ="
+    assert twilio.signature_valid("12345", "0/KCTR6DLpKmkAf8muzZqo1nDgQ=", url, params)
+    assert not twilio.signature_valid("12345", "0/KCTR6DLpKmkAf8muzZqo1nDgQ=", url, {**params, "Digits": "9"})
+    assert not twilio.signature_valid("12345", None, url, params)
+    # a proxy that adds the default port does not break it
+    assert twilio.signature_valid("12345", "0/KCTR6DLpKmkAf8muzZqo1nDgQ=",
+                                  "https://mycompany.com:443/myapp.php?foo=1&bar=2", params)
+
+
+def test_twiml_connects_a_bidirectional_stream():
+    twiml = twilio.connect_stream_twiml("wss://voice.example.com/telephony/twilio")
+    assert twiml.endswith('<Response><Connect><Stream url="wss://voice.example.com/telephony/twilio"/>'
+                          "</Connect></Response>")
+
+
+def test_start_with_another_media_format_is_refused():
+    message = {"event": "start", "start": {"streamSid": "MZ1", "mediaFormat": {
+        "encoding": "audio/x-l16", "sampleRate": 16000, "channels": 1}}}
+    with pytest.raises(twilio.ProtocolError, match="audio/x-mulaw at 8000 Hz"):
+        twilio.parse_start(message)
+
+
+# --- a live server --------------------------------------------------------------------------------------------
+
+
+@contextmanager
+def serve(app):
+    """Run `app` with uvicorn on a free port in a thread; yields "127.0.0.1:PORT"."""
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
+        time.sleep(0.02)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    try:
+        yield f"127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(15)
+
+
+@pytest.fixture(scope="module")
+def speech():
+    from speech.asr import Transcriber
+    from speech.tts import Synthesizer
+
+    return Transcriber(), Synthesizer()
+
+
+@pytest.fixture(scope="module")
+def phone(speech):
+    """A server with the real speech models and the scripted LLM; yields (host, app, engine)."""
+    asr, tts = speech
+    engine = FakeEngine(script, block_words=4)
+    services = Services(asr, tts, engine, FakeToolbox({"end_call": {"ok": True}}), system_prompt=None, ready=True)
+    app = create_app(Settings(max_sessions=2), services)
+    with serve(app) as host:
+        yield host, app, engine
+    services.shutdown()
+
+
+@pytest.fixture(scope="module")
+def signed():
+    """A server that requires X-Twilio-Signature; no models (these calls never speak)."""
+    services = Services(None, None, FakeEngine(script), FakeToolbox(), system_prompt=None, ready=True)
+    app = create_app(Settings(twilio_auth_token=TOKEN, public_host="voice.example.com", max_sessions=2), services)
+    with serve(app) as host:
+        yield host, app
+    services.shutdown()
+
+
+def speak_8k(tts, text: str) -> np.ndarray:
+    """Piper's voice saying `text`, as a phone line carries it: int16 at 8 kHz, with 0.2 s of silence before."""
+    audio = resample(tts.synthesize(text), tts.sample_rate_hz, twilio.TWILIO_RATE_HZ)
+    return np.concatenate([np.zeros(1600, dtype=np.int16), audio])
+
+
+# --- the Twilio simulator -------------------------------------------------------------------------------------
+
+
+class TwilioSimulator:
+    """Twilio's half of a bidirectional Media Stream, at real-time pace in both directions."""
+
+    def __init__(self, ws, stream_sid: str = "MZsimulated"):
+        self.ws = ws
+        self.stream_sid = stream_sid
+        self.messages: list[tuple[float, dict]] = []      # (perf_counter at arrival, message) from the server
+        self.heard: list[np.ndarray] = []                 # the agent's audio as played to the caller, 8 kHz
+        self.echoed: list[tuple[float, str]] = []         # marks echoed after their audio played
+        self.close_code: int | None = None
+        self._speech = np.zeros(0, dtype=np.int16)        # what the caller is about to say, 8 kHz
+        self._playout: deque = deque()                    # ("audio", samples) and ("mark", name), in order
+        self._lock = asyncio.Lock()
+        self._sequence = 0
+        self._tasks: list[asyncio.Task] = []
+
+    async def send(self, message: dict | str) -> None:
+        async with self._lock:
+            self._sequence += 1
+            if isinstance(message, dict):
+                message = json.dumps({**message, "sequenceNumber": str(self._sequence)})
+            await self.ws.send(message)
+
+    async def start(self) -> None:
+        await self.send({"event": "connected", "protocol": "Call", "version": "1.0.0"})
+        await self.send({"event": "start", "streamSid": self.stream_sid, "start": {
+            "streamSid": self.stream_sid, "accountSid": "ACsim", "callSid": "CAsim", "tracks": ["inbound"],
+            "customParameters": {"caller": "test"},
+            "mediaFormat": {"encoding": "audio/x-mulaw", "sampleRate": 8000, "channels": 1}}})
+        self._tasks = [asyncio.create_task(f()) for f in (self._microphone, self._receiver, self._speaker)]
+
+    def say(self, audio_8k: np.ndarray) -> None:
+        self._speech = np.concatenate([self._speech, audio_8k])
+
+    async def finish(self) -> None:
+        await self.send({"event": "stop", "streamSid": self.stream_sid, "stop": {"callSid": "CAsim"}})
+        await asyncio.wait_for(self._tasks[1], 10)  # the receiver ends when the server closes
+        for task in self._tasks:
+            task.cancel()
+
+    def events(self, name: str) -> list[tuple[float, dict]]:
+        return [(t, m) for t, m in self.messages if m.get("event") == name]
+
+    async def _microphone(self) -> None:
+        # Twilio sends 20 ms of caller audio every 20 ms, silence included, for the whole call.
+        t0, n = time.perf_counter(), 0
+        while True:
+            frame, self._speech = self._speech[:160], self._speech[160:]
+            frame = np.pad(frame, (0, 160 - len(frame)))
+            payload = base64.b64encode(pcm_to_mulaw(frame)).decode()
+            await self.send({"event": "media", "streamSid": self.stream_sid,
+                             "media": {"track": "inbound", "chunk": str(n + 1), "payload": payload}})
+            n += 1
+            await asyncio.sleep(max(0.0, t0 + n * 0.02 - time.perf_counter()))
+
+    async def _receiver(self) -> None:
+        try:
+            async for text in self.ws:
+                message = json.loads(text)
+                self.messages.append((time.perf_counter(), message))
+                assert message["streamSid"] == self.stream_sid
+                if message["event"] == "media":
+                    self._playout.append(("audio", mulaw_to_pcm(base64.b64decode(message["media"]["payload"]))))
+                elif message["event"] == "mark":
+                    self._playout.append(("mark", message["mark"]["name"]))
+                elif message["event"] == "clear":
+                    # Twilio drops its buffer and echoes the marks still pending at once
+                    pending = [item[1] for item in self._playout if item[0] == "mark"]
+                    self._playout.clear()
+                    for name in pending:
+                        await self._echo(name, played=False)
+        except ConnectionClosed:
+            pass
+        self.close_code = self.ws.close_code
+
+    async def _speaker(self) -> None:
+        t0, n = time.perf_counter(), 0
+        while True:
+            while self._playout and self._playout[0][0] == "mark":
+                await self._echo(self._playout.popleft()[1], played=True)
+            if self._playout:
+                self.heard.append(self._playout.popleft()[1])
+            n += 1
+            await asyncio.sleep(max(0.0, t0 + n * 0.02 - time.perf_counter()))
+
+    async def _echo(self, name: str, played: bool) -> None:
+        if played:
+            self.echoed.append((time.perf_counter(), name))
+        await self.send({"event": "mark", "streamSid": self.stream_sid, "mark": {"name": name}})
+
+
+async def wait_until(condition, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+        await asyncio.sleep(0.02)
+
+
+def voiced_seconds(chunks: list[np.ndarray]) -> float:
+    """Seconds of 8 kHz audio in 20 ms frames louder than near-silence."""
+    audio = np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.int16)
+    frames = audio[: len(audio) // 160 * 160].reshape(-1, 160).astype(np.float64)
+    return float((np.sqrt((frames ** 2).mean(axis=1)) > 300).sum() * 0.02)
+
+
+# --- a call ---------------------------------------------------------------------------------------------------
+
+
+def test_call_answers_marks_what_was_heard_and_clears_on_barge_in(phone, speech, monkeypatch):
+    host, app, engine = phone
+    asr, tts = speech
+    question, interruption = speak_8k(tts, "What time do you open tomorrow?"), speak_8k(tts, "Sorry, one more question.")
+    speech_starts: list[float] = []   # perf_counter when the server's turn detector declared speech_start
+    original = Session._on_speech_start
+
+    async def record_speech_start(self, event):
+        speech_starts.append(time.perf_counter())
+        await original(self, event)
+
+    monkeypatch.setattr(Session, "_on_speech_start", record_speech_start)
+    engine.calls.clear()
+    ignored_before = dict(telephony_stats(app).ignored)
+
+    async def call() -> tuple[TwilioSimulator, list[np.ndarray]]:
+        async with connect(f"ws://{host}/telephony/twilio") as ws:
+            sim = TwilioSimulator(ws)
+            await sim.start()
+            # junk a flaky integration might deliver mid-call: each is ignored and counted, the call goes on
+            await sim.send("this is not JSON")
+            await sim.send({"event": "bogus", "streamSid": sim.stream_sid})
+            await sim.send({"event": "media", "streamSid": sim.stream_sid, "media": {"payload": "%%not base64%%"}})
+            sim.say(question)
+            await wait_until(lambda: sim.echoed, 30, "the first reply chunk to be played (its mark echoed)")
+            sim.say(interruption)   # the caller talks over the rest of the reply
+            await wait_until(lambda: sim.events("clear"), 10, "clear after the barge-in")
+            first_reply = list(sim.heard)
+            await wait_until(lambda: len(engine.calls) >= 2, 20, "the interruption's turn")
+            marks_after_clear = lambda: [n for t, n in sim.echoed if t > sim.events("clear")[0][0]]  # noqa: E731
+            await wait_until(marks_after_clear, 20, "the second reply to be played")
+            await sim.finish()
+            return sim, first_reply
+
+    sim, first_reply = asyncio.run(call())
+
+    # the question went in as 8 kHz mu-law and came out of the ASR
+    assert "open" in last_user(engine.calls[0]).lower()
+    # media frames: 20 ms of mu-law at 8 kHz each, and the reply is speech, not silence
+    for _, message in sim.events("media"):
+        assert len(base64.b64decode(message["media"]["payload"])) == twilio.TWILIO_FRAME_SAMPLES
+    assert voiced_seconds(first_reply) > 1.0
+    heard_16k = resample(np.concatenate(first_reply), twilio.TWILIO_RATE_HZ, SAMPLE_RATE_HZ)
+    assert "open at" in asr.transcribe(heard_16k).lower()
+    # marks: one per reply chunk, named by chunk id; barge-in clear within 100 ms of the server's speech_start
+    assert sim.events("mark") and all(m["mark"]["name"].isdigit() for _, m in sim.events("mark"))
+    t_clear = sim.events("clear")[0][0]
+    t_start = max(t for t in speech_starts if t <= t_clear)
+    assert t_clear - t_start < 0.100, f"clear came {1000 * (t_clear - t_start):.0f} ms after speech_start"
+    # only what the caller heard (chunks whose marks came back before the clear) stays in the history
+    kept = [m["content"] for m in engine.calls[1] if m["role"] == "assistant"][-1]
+    assert kept and REPLY_HOURS.startswith(kept) and kept != REPLY_HOURS, kept
+    # the junk was counted, the call ended cleanly, nothing leaked
+    ignored = {k: v - ignored_before.get(k, 0) for k, v in telephony_stats(app).ignored.items()}
+    assert ignored.get("non_json") == 1 and ignored.get("unknown_event") == 1 and ignored.get("bad_payload") == 1
+    assert sim.close_code == 1000
+    assert not app.state.calls
+
+
+def test_end_call_hangs_up_once_the_goodbye_was_heard(phone, speech):
+    host, app, engine = phone
+    _, tts = speech
+    events: list[dict] = []
+
+    async def hook(info, event):
+        assert info.call_sid == "CAsim" and info.custom_parameters == {"caller": "test"}
+        events.append(event)
+
+    app.state.telephony_event_hook = hook
+
+    async def call() -> tuple[TwilioSimulator, float]:
+        async with connect(f"ws://{host}/telephony/twilio") as ws:
+            sim = TwilioSimulator(ws)
+            await sim.start()
+            sim.say(speak_8k(tts, "Thanks, that is all. Goodbye."))
+            await wait_until(lambda: sim.close_code is not None, 40, "the agent to hang up")
+            return sim, time.perf_counter()
+
+    try:
+        sim, _ = asyncio.run(call())
+    finally:
+        app.state.telephony_event_hook = None
+    assert sim.close_code == 1000
+    sent = [m["mark"]["name"] for _, m in sim.events("mark")]
+    assert sent and [name for _, name in sim.echoed] == sent      # every chunk of the goodbye was played ...
+    assert sim.echoed[-1][0] <= sim.messages[-1][0] + 1.0         # ... and the hang-up followed it
+    assert voiced_seconds(sim.heard) > 0.8
+    kinds = [e["type"] for e in events]
+    assert {"type": "control", "action": "end_call"} in events
+    assert kinds.index("tool") < kinds.index("control") and kinds[0] == "call" and kinds[-1] == "call"
+    assert not app.state.calls
+
+
+# --- bad input ------------------------------------------------------------------------------------------------
+
+
+def start_message(stream_sid: str = "MZbad") -> str:
+    return json.dumps({"event": "start", "streamSid": stream_sid, "start": {
+        "streamSid": stream_sid, "callSid": "CAbad",
+        "mediaFormat": {"encoding": "audio/x-mulaw", "sampleRate": 8000, "channels": 1}}})
+
+
+def silence_message(stream_sid: str = "MZbad") -> str:
+    payload = base64.b64encode(pcm_to_mulaw(np.zeros(160, dtype=np.int16))).decode()
+    return json.dumps({"event": "media", "streamSid": stream_sid, "media": {"payload": payload}})
+
+
+STOP = json.dumps({"event": "stop", "streamSid": "MZbad"})
+
+
+def run_messages(host: str, messages: list[str]) -> tuple[int | None, str]:
+    """Send the messages in order, then wait for the server to close; returns (close code, reason)."""
+    async def go():
+        async with connect(f"ws://{host}/telephony/twilio", max_size=None) as ws:
+            for message in messages:
+                await ws.send(message)
+            try:
+                await asyncio.wait_for(ws.wait_closed(), 10)
+            except asyncio.TimeoutError:
+                raise AssertionError("the server did not end the call") from None
+            return ws.close_code, ws.close_reason
+
+    return asyncio.run(go())
+
+
+@pytest.mark.parametrize("kind, junk", [
+    ("non_json", "{this is not json"),
+    ("unknown_event", json.dumps({"event": "teleport", "streamSid": "MZbad"})),
+    ("bad_payload", json.dumps({"event": "media", "streamSid": "MZbad", "media": {"payload": "@@@=="}})),
+])
+def test_bad_message_during_a_call_is_ignored_and_counted(phone, kind, junk):
+    host, app, _ = phone
+    before = telephony_stats(app).ignored[kind]
+    # junk between two good media frames; the call then ends normally on `stop`
+    code, _ = run_messages(host, [start_message(), silence_message(), junk, silence_message(), STOP])
+    assert code == 1000
+    assert telephony_stats(app).ignored[kind] == before + 1
+    assert not app.state.calls
+
+
+def test_media_before_start_is_ignored_and_counted(phone):
+    host, app, _ = phone
+    before = telephony_stats(app).ignored["media_before_start"]
+    code, _ = run_messages(host, [silence_message(), silence_message(), start_message(), silence_message(), STOP])
+    assert code == 1000
+    assert telephony_stats(app).ignored["media_before_start"] == before + 2
+    assert not app.state.calls
+
+
+def test_message_over_64_kib_closes_the_socket_with_a_reason(phone):
+    host, app, _ = phone
+    huge = json.dumps({"event": "media", "streamSid": "MZbad", "media": {"payload": "A" * (64 * 1024)}})
+    code, reason = run_messages(host, [start_message(), silence_message(), huge, silence_message()])
+    assert code == 1009 and "65536" in reason
+    assert not app.state.calls
+
+
+# --- signatures -------------------------------------------------------------------------------------------------
+
+
+def test_voice_webhook_returns_twiml_for_a_signed_request(signed):
+    import httpx
+
+    host, app = signed
+    public_host = app.state.settings.public_host
+    form = {"CallSid": "CA42", "From": "+15550100", "To": "+15550199"}
+    signature = twilio.compute_signature(TOKEN, f"https://{public_host}/telephony/twilio/voice", form)
+    url = f"http://{host}/telephony/twilio/voice"
+    ok = httpx.post(url, data=form, headers={twilio.SIGNATURE_HEADER: signature})
+    assert ok.status_code == 200 and ok.headers["content-type"].startswith("text/xml")
+    assert f'<Connect><Stream url="wss://{public_host}/telephony/twilio"/></Connect>' in ok.text
+    for headers in ({}, {twilio.SIGNATURE_HEADER: signature[:-4] + "AAA="}):
+        refused = httpx.post(url, data=form, headers=headers)
+        assert refused.status_code == 403 and twilio.SIGNATURE_HEADER in refused.text
+    tampered = httpx.post(url, data={**form, "To": "+15550123"}, headers={twilio.SIGNATURE_HEADER: signature})
+    assert tampered.status_code == 403
+
+
+def test_stream_with_a_valid_signature_is_accepted(signed):
+    host, app = signed
+    calls_before = telephony_stats(app).calls
+    signature = twilio.compute_signature(TOKEN, f"wss://{app.state.settings.public_host}/telephony/twilio")
+
+    async def go():
+        async with connect(f"ws://{host}/telephony/twilio",
+                           additional_headers={twilio.SIGNATURE_HEADER: signature}) as ws:
+            await ws.send(start_message())
+            await ws.send(STOP)
+            await asyncio.wait_for(ws.wait_closed(), 10)
+            return ws.close_code
+
+    assert asyncio.run(go()) == 1000
+    assert telephony_stats(app).calls == calls_before + 1
+
+
+@pytest.mark.parametrize("signature", [None, "d3JvbmcgYnV0IHdlbGwgZm9ybWVkIQ=="])
+def test_stream_without_a_valid_signature_gets_403_and_no_session(signed, signature, monkeypatch):
+    host, app = signed
+    created = []
+    monkeypatch.setattr(Session, "__init__", lambda self, *a, **k: created.append(self))
+    stats = telephony_stats(app)
+    calls_before, refused_before = stats.calls, stats.refused["signature"]
+    headers = {twilio.SIGNATURE_HEADER: signature} if signature else {}
+
+    async def go():
+        async with connect(f"ws://{host}/telephony/twilio", additional_headers=headers):
+            pass
+
+    with pytest.raises(InvalidStatus) as refused:
+        asyncio.run(go())
+    assert refused.value.response.status_code == 403
+    assert stats.calls == calls_before and stats.refused["signature"] == refused_before + 1
+    assert not created and not app.state.calls
