@@ -1,0 +1,37 @@
+"""The `parley` command line: subcommands registered, bad audio files refused with exit code 2 and a reason."""
+import subprocess
+import sys
+
+import pytest
+
+from app.cli import build_parser
+
+
+def parley(*args, timeout=120):
+    return subprocess.run([sys.executable, "-m", "app.cli", *args], capture_output=True, text=True, timeout=timeout)
+
+
+def test_every_public_subcommand_is_registered():
+    choices = build_parser()._subparsers._group_actions[0].choices
+    for name in ("serve", "converse"):
+        assert name in choices
+
+
+@pytest.mark.parametrize("content, reason", [
+    (b"this is not audio at all", "not a wav"),
+    (b"RIFF\x24\x00\x00\x00WAVEfmt ", "truncated"),
+    (b"", "empty"),
+])
+def test_converse_refuses_bad_files_with_exit_code_2(tmp_path, content, reason):
+    bad = tmp_path / "question.wav"
+    bad.write_bytes(content)
+    result = parley("converse", "--in", str(bad), "--out", str(tmp_path / "reply.wav"))
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    assert str(bad) in result.stderr and reason in result.stderr.lower(), result.stderr
+    assert not (tmp_path / "reply.wav").exists()
+
+
+def test_converse_missing_file_is_a_clear_error(tmp_path):
+    result = parley("converse", "--in", str(tmp_path / "nope.wav"), "--out", str(tmp_path / "r.wav"))
+    assert result.returncode == 2 and "Traceback" not in result.stderr and "nope.wav" in result.stderr

@@ -1,0 +1,105 @@
+"""The whole pipeline on the real bundled ASR and TTS, with a test-double language model."""
+import asyncio
+import time
+
+import numpy as np
+import pytest
+
+from app.commands.converse import converse
+from app.services import Services
+from app.session import Session
+from speech.audio import FRAME_MS, FRAME_SAMPLES, SAMPLE_RATE_HZ
+from tests.fakes import FakeEngine, FakeToolbox, last_user
+from tests.wer import word_error_rate
+
+QUESTION = "What time do you open on Saturday morning?"
+LONG_REPLY = ("We open at nine in the morning on Saturday, and we close at five in the afternoon. "
+              "On Sunday we are closed all day, but you can book online at any time you like.")
+
+
+def make_services(transcriber, synthesizer, engine) -> Services:
+    return Services(transcriber, synthesizer, engine, FakeToolbox(), "Front desk.")
+
+
+def test_one_turn_end_to_end(transcriber, synthesizer, speak):
+    engine = FakeEngine(lambda m: f"You asked: {last_user(m)}")
+    services = make_services(transcriber, synthesizer, engine)
+    result = asyncio.run(converse(services, speak(QUESTION)))
+    assert word_error_rate(QUESTION, result["transcript"]) <= 0.10, result["transcript"]
+    assert engine.calls and last_user(engine.calls[0]) == result["transcript"]      # the agent stage ran on it
+    assert result["reply"] == f"You asked: {result['transcript']}"
+    audio = result["audio"]
+    assert len(audio) > synthesizer.sample_rate_hz // 2 and np.abs(audio).max() > 1000   # a spoken reply
+    metrics = result["metrics"]
+    for key in ("end_of_turn_delay_ms", "asr_ms", "llm_ttft_ms", "tts_ttfb_ms", "e2e_latency_ms"):
+        assert metrics[key] >= 0, key
+    assert metrics["e2e_latency_ms"] >= metrics["end_of_turn_delay_ms"] + metrics["asr_ms"]
+    assert result["errors"] == []
+
+
+def test_silence_gives_no_turn(transcriber, synthesizer):
+    engine = FakeEngine(lambda m: "never")
+    result = asyncio.run(converse(make_services(transcriber, synthesizer, engine), np.zeros(SAMPLE_RATE_HZ, np.int16)))
+    assert result["transcript"] == "" and engine.calls == [] and len(result["audio"]) == 0
+
+
+async def _barge_in(services, question, interruption):
+    """Real-time: ask, let the reply play ~1 s, talk over it. Returns the session and the pulled frames."""
+    events = []
+
+    async def send_event(event):
+        events.append(event)
+
+    out_rate = 16_000
+    session = Session(services, output_rate_hz=out_rate, send_event=send_event)
+    starts = []
+    original = session._on_speech_start
+
+    async def spy(event):
+        starts.append(time.perf_counter())
+        await original(event)
+
+    session._on_speech_start = spy
+    runner = asyncio.create_task(session.run())
+    pulled = []   # (wall time, loud?)
+
+    async def speaker():
+        while True:
+            frame = session.playback.read(out_rate * FRAME_MS // 1000)
+            pulled.append((time.perf_counter(), bool(np.abs(frame).max() > 0)))
+            await asyncio.sleep(FRAME_MS / 1000)
+
+    speaker_task = asyncio.create_task(speaker())
+
+    async def say(audio):
+        for i in range(0, len(audio), FRAME_SAMPLES):
+            session.push_audio(audio[i:i + FRAME_SAMPLES])
+            await asyncio.sleep(FRAME_MS / 1000)
+
+    await say(np.concatenate([question, np.zeros(SAMPLE_RATE_HZ // 2, np.int16)]))
+    while not any(loud for _, loud in pulled):          # wait for the reply to start playing
+        session.push_audio(np.zeros(FRAME_SAMPLES, np.int16))
+        await asyncio.sleep(FRAME_MS / 1000)
+    await say(np.zeros(SAMPLE_RATE_HZ, np.int16))       # ~1 s of the reply is heard
+    interrupt_at = len(starts)
+    await say(interruption)
+    await say(np.zeros(SAMPLE_RATE_HZ // 10, np.int16))
+    speaker_task.cancel()
+    await session.close()
+    runner.cancel()
+    return session, events, pulled, starts[interrupt_at:]
+
+
+def test_barge_in_stops_output_and_history_keeps_what_was_heard(transcriber, synthesizer, speak):
+    engine = FakeEngine(lambda m: LONG_REPLY if len(engine.calls) == 1 else "Okay.", block_words=3)
+    services = make_services(transcriber, synthesizer, engine)
+    session, events, pulled, starts = asyncio.run(_barge_in(services, speak(QUESTION), speak("Wait, stop please.")))
+    assert starts, "the interruption was not heard as speech"
+    t_start = starts[0]
+    loud_after = [t for t, loud in pulled if loud and t > t_start]
+    # the last loud frame pulled after speech_start is within 100 ms of it (none when the reply was cut at once)
+    assert not loud_after or loud_after[-1] - t_start <= 0.100, loud_after[-1] - t_start
+    assistant = [m["content"] for m in session.agent.messages if m["role"] == "assistant"]
+    heard = assistant[0]
+    assert heard and heard != LONG_REPLY and LONG_REPLY.startswith(heard.rstrip(".,")), heard
+    assert session.turns[0].heard == heard
