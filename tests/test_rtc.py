@@ -17,11 +17,14 @@ from app.rtc import RTC_FRAME_SAMPLES, RTC_RATE_HZ, InputResampler, PlaybackTrac
 from app.server import create_app
 from app.settings import Settings
 from speech.asr import Transcriber
+from speech.audio import resample
 from speech.tts import Synthesizer
 from tests.rtc_helpers import ANSWER, QUESTION_WORDS, front_desk_services, serve_in_thread, spoken_question
 
 TURN_TIMEOUT_S = 60.0
 AUDIBLE_RMS = 300.0          # int16 RMS of a 20 ms frame that holds speech (silence decodes to ~0)
+BARGE_IN_BOUND_S = 0.6       # VAD start (100 ms) + jitter buffers both ways, with room for a loaded CI machine
+QUIET_AFTER_S = 1.0          # longer than any pause inside a reply, shorter than the wait for the next one
 
 
 @pytest.fixture(scope="module")
@@ -38,22 +41,25 @@ def server(models):
     services.shutdown()
 
 
-class ClipTrack(MediaStreamTrack):
-    """A microphone that says `samples` (int16, 48 kHz) at real-time pace, then silence."""
+class ScriptedMicrophone(MediaStreamTrack):
+    """A microphone that says what it is given (int16, 48 kHz) at real-time pace, and silence in between."""
 
     kind = "audio"
 
     def __init__(self, samples: np.ndarray):
         super().__init__()
-        self.samples = samples
+        self._pending = samples
         self._pts = 0
         self._start_s = None
+
+    def say(self, samples: np.ndarray) -> None:
+        self._pending = np.concatenate([self._pending, samples])
 
     async def recv(self) -> AudioFrame:
         if self._start_s is None:
             self._start_s = time.monotonic()
         await asyncio.sleep(max(0.0, self._start_s + self._pts / RTC_RATE_HZ - time.monotonic()))
-        chunk = self.samples[self._pts:self._pts + RTC_FRAME_SAMPLES]
+        chunk, self._pending = self._pending[:RTC_FRAME_SAMPLES], self._pending[RTC_FRAME_SAMPLES:]
         chunk = np.pad(chunk, (0, RTC_FRAME_SAMPLES - len(chunk)))
         frame = AudioFrame(format="s16", layout="mono", samples=RTC_FRAME_SAMPLES)
         frame.planes[0].update(chunk.astype(np.int16).tobytes())
@@ -68,7 +74,7 @@ class Client:
     def __init__(self, microphone: MediaStreamTrack):
         self.pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
         self.events: list[dict] = []
-        self.heard_rms: list[float] = []     # per received 20 ms frame
+        self.heard: list[tuple[float, float]] = []     # (monotonic s, int16 RMS) per received 20 ms frame
         self.channel = self.pc.createDataChannel("events")
         self.channel.on("message", lambda m: self.events.append(json.loads(m)))
         self.pc.addTrack(microphone)
@@ -89,7 +95,10 @@ class Client:
             except MediaStreamError:
                 return
             x = frame.to_ndarray().astype(np.float64)
-            self.heard_rms.append(float(np.sqrt(np.mean(x * x))))
+            self.heard.append((time.monotonic(), float(np.sqrt(np.mean(x * x)))))
+
+    def loudest(self) -> float:
+        return max((rms for _, rms in self.heard), default=0.0)
 
     async def wait_for(self, predicate, what: str, timeout_s: float = TURN_TIMEOUT_S):
         deadline = time.monotonic() + timeout_s
@@ -107,10 +116,10 @@ def test_spoken_question_gets_transcript_reply_metrics_and_audio(server, models)
     question = spoken_question(models[1], RTC_RATE_HZ)
 
     async def call() -> tuple[Client, dict]:
-        client = Client(ClipTrack(question))
+        client = Client(ScriptedMicrophone(question))
         await client.connect(url)
         await client.wait_for(lambda: any(e["type"] == "metrics" for e in client.events), "the metrics event")
-        await client.wait_for(lambda: max(client.heard_rms, default=0) > AUDIBLE_RMS, "the reply's audio")
+        await client.wait_for(lambda: client.loudest() > AUDIBLE_RMS, "the reply's audio")
         async with httpx.AsyncClient() as http:
             health = (await http.get(f"{url}/healthz")).json()
         client.channel.send(json.dumps({"type": "dance"}))
@@ -137,6 +146,33 @@ def test_spoken_question_gets_transcript_reply_metrics_and_audio(server, models)
     assert health["sessions"] == 1 and health["ready"] is True
     # Model work runs in executors: the loop keeps waking on time while the turn runs.
     assert lag["samples"] > 100 and lag["p99"] < 100, lag
+
+
+def test_barge_in_silences_the_agent_at_once(server, models):
+    url, app = server
+    tts = models[1]
+    interruption = resample(tts.synthesize("Sorry, one moment please."), tts.sample_rate_hz, RTC_RATE_HZ)
+
+    async def call() -> tuple[Client, float]:
+        microphone = ScriptedMicrophone(spoken_question(tts, RTC_RATE_HZ))
+        client = Client(microphone)
+        await client.connect(url)
+        await client.wait_for(lambda: client.loudest() > AUDIBLE_RMS, "the reply's audio")
+        await asyncio.sleep(0.5)          # well inside the ~4 s reply
+        barge_in_s = time.monotonic()
+        microphone.say(interruption)
+        await asyncio.sleep(BARGE_IN_BOUND_S + QUIET_AFTER_S + 0.2)
+        await client.pc.close()
+        await client.wait_for(lambda: not app.state.calls, "the server to close the call", timeout_s=10)
+        return client, barge_in_s
+
+    client, barge_in_s = asyncio.run(call())
+    after = [(t - barge_in_s, rms) for t, rms in client.heard if t >= barge_in_s]
+    quiet_at_s = next(t for t, _ in after
+                      if all(rms < AUDIBLE_RMS for u, rms in after if t <= u <= t + QUIET_AFTER_S))
+    print(f"\nbarge-in: the agent went quiet {quiet_at_s * 1000:.0f} ms after the user started speaking")
+    assert quiet_at_s < BARGE_IN_BOUND_S
+    assert any(rms > AUDIBLE_RMS for t, rms in after if t < quiet_at_s) or quiet_at_s < 0.1  # it was talking
 
 
 def test_input_resampler_turns_48k_stereo_frames_into_16k_mono():

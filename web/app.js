@@ -218,6 +218,7 @@ function currentTurn({ forUser }) {
   // A new turn starts when the user speaks after the previous turn's reply (or its final transcript).
   let turn = call && call.turn;
   if (!turn || (forUser && (turn.agent || turn.userFinal))) {
+    if (turn && turn.agent && !turn.agent.classList.contains("final")) turn.agent.classList.add("interrupted");
     el.hint.hidden = true;
     const node = document.createElement("article");
     node.className = "turn";
