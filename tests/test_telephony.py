@@ -98,11 +98,8 @@ def serve(app):
 
 
 @pytest.fixture(scope="module")
-def speech():
-    from speech.asr import Transcriber
-    from speech.tts import Synthesizer
-
-    return Transcriber(), Synthesizer()
+def speech(transcriber, synthesizer):
+    return transcriber, synthesizer
 
 
 @pytest.fixture(scope="module")
