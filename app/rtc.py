@@ -152,6 +152,7 @@ class Call:
         self._track: PlaybackTrack | None = None
         self._has_mic = False
         self._closing = False
+        self._closer: asyncio.Task | None = None   # the close() started by close_soon (a reference keeps it alive)
         self._closed = asyncio.Event()
         self.pc.on("datachannel", self._on_datachannel)
         self.pc.on("track", self._on_track)
@@ -174,24 +175,24 @@ class Call:
             return
         self._closing = True
         log.info("call %s closing: %s", id(self), reason)
+        if self._track is not None:
+            self._track.stop()
+        try:
+            await self.session.close()   # first: its run() then ends by itself, its turn is cancelled
+        except Exception:
+            log.exception("call %s: the session failed while closing", id(self))
         current = asyncio.current_task()
         for task in list(self._tasks):
             if task is not current:
                 task.cancel()
-        if self._track is not None:
-            self._track.stop()
-        for step in (self.session.close, self.pc.close):
-            try:
-                await step()
-            except Exception:
-                log.exception("call %s: %s failed while closing", id(self), step.__qualname__)
+        await self.pc.close()
         self.on_closed(self)
         self._closed.set()
 
     def close_soon(self, reason: str) -> None:
         """close() from a synchronous callback."""
-        if not self._closing:
-            asyncio.ensure_future(self.close(reason))
+        if not self._closing and self._closer is None:
+            self._closer = asyncio.create_task(self.close(reason), name=f"call-{id(self)}-close")
 
     async def _run_session(self) -> None:
         try:
@@ -247,10 +248,13 @@ class Call:
             self.close_soon("client hung up")
             return
         text = message if isinstance(message, str) else f"<{len(message)} bytes>"
-        asyncio.ensure_future(self._send_event(
-            {"type": "error", "message": f'unknown message {text[:80]!r}: the only one accepted is {{"type": "hangup"}}'}))
+        self._send_now({"type": "error",
+                        "message": f'unknown message {text[:80]!r}: the only one accepted is {{"type": "hangup"}}'})
 
     async def _send_event(self, event: dict) -> None:
+        self._send_now(event)
+
+    def _send_now(self, event: dict) -> None:
         text = json.dumps(event, ensure_ascii=False)
         if self.channel is not None and self.channel.readyState == "open":
             self.channel.send(text)
