@@ -1,7 +1,7 @@
 """The page in a real browser: headless Chromium with a fake microphone speaks a question and hears the answer."""
 import os
 import re
-import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -30,14 +30,15 @@ pytestmark = [
 @pytest.fixture(scope="module")
 def server():
     services = front_desk_services(Transcriber(), Synthesizer())
-    with serve_in_thread(create_app(Settings(), services)) as url:
-        yield url, services
+    app = create_app(Settings(), services)
+    with serve_in_thread(app) as url:
+        yield url, services, app
     services.shutdown()
 
 
 @pytest.fixture(scope="module")
 def fake_microphone(server, tmp_path_factory) -> Path:
-    _, services = server
+    _, services, _ = server
     path = tmp_path_factory.mktemp("mic") / "question-48k.wav"
     write_wav(path, spoken_question(services.tts, FAKE_MIC_RATE_HZ, lead_s=1.0, tail_s=TRAILING_SILENCE_S),
               FAKE_MIC_RATE_HZ)
@@ -53,7 +54,7 @@ def chromium_flags(wav: Path) -> list[str]:
 def test_page_talks_to_parley(server, fake_microphone):
     from playwright.sync_api import expect, sync_playwright
 
-    url, _ = server
+    url, _, app = server
     ARTIFACTS.mkdir(exist_ok=True)
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=chromium_flags(fake_microphone))
@@ -76,6 +77,10 @@ def test_page_talks_to_parley(server, fake_microphone):
             assert status["state"] == "live" and status["errors"] == [], (status, console)
             page.click("#talk")
             expect(page.locator("#state")).to_have_text("Call ended")
+            deadline = time.monotonic() + 10
+            while app.state.calls and time.monotonic() < deadline:   # the hangup reached the server
+                time.sleep(0.05)
+            assert not app.state.calls
         finally:
             browser.close()
-    assert shutil.os.path.getsize(ARTIFACTS / "browser-turn.png") > 10_000
+    assert (ARTIFACTS / "browser-turn.png").stat().st_size > 10_000
