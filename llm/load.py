@@ -26,19 +26,29 @@ MAX_ROPE_POSITIONS = 32768  # Dream declares 131072 positions; the rope table st
 PROGRESS_BYTES = 1 << 30  # show a progress bar for checkpoints larger than this
 IGNORED_TENSORS = re.compile(r".*rotary_emb\.inv_freq$")  # recomputed, never loaded
 
-# Dream's Qwen2 tensor names -> ours (LLaDA's, without the "model." prefix).
+# Dream's Qwen2 tensor names and ours (LLaDA's without the "model." prefix); {i} is the layer.
 DREAM_NAMES = [
-    (r"model\.embed_tokens\.weight", "transformer.wte.weight"),
-    (r"model\.layers\.(\d+)\.input_layernorm\.weight", r"transformer.blocks.\1.attn_norm.weight"),
-    (r"model\.layers\.(\d+)\.self_attn\.([qkv])_proj\.(weight|bias)", r"transformer.blocks.\1.\2_proj.\3"),
-    (r"model\.layers\.(\d+)\.self_attn\.o_proj\.weight", r"transformer.blocks.\1.attn_out.weight"),
-    (r"model\.layers\.(\d+)\.post_attention_layernorm\.weight", r"transformer.blocks.\1.ff_norm.weight"),
-    (r"model\.layers\.(\d+)\.mlp\.gate_proj\.weight", r"transformer.blocks.\1.ff_proj.weight"),
-    (r"model\.layers\.(\d+)\.mlp\.up_proj\.weight", r"transformer.blocks.\1.up_proj.weight"),
-    (r"model\.layers\.(\d+)\.mlp\.down_proj\.weight", r"transformer.blocks.\1.ff_out.weight"),
-    (r"model\.norm\.weight", "transformer.ln_f.weight"),
-    (r"lm_head\.weight", "transformer.ff_out.weight"),
+    ("model.embed_tokens.weight", "transformer.wte.weight"),
+    ("model.layers.{i}.input_layernorm.weight", "transformer.blocks.{i}.attn_norm.weight"),
+    *((f"model.layers.{{i}}.self_attn.{p}_proj.{kind}", f"transformer.blocks.{{i}}.{p}_proj.{kind}")
+      for p in "qkv" for kind in ("weight", "bias")),
+    ("model.layers.{i}.self_attn.o_proj.weight", "transformer.blocks.{i}.attn_out.weight"),
+    ("model.layers.{i}.post_attention_layernorm.weight", "transformer.blocks.{i}.ff_norm.weight"),
+    ("model.layers.{i}.mlp.gate_proj.weight", "transformer.blocks.{i}.ff_proj.weight"),
+    ("model.layers.{i}.mlp.up_proj.weight", "transformer.blocks.{i}.up_proj.weight"),
+    ("model.layers.{i}.mlp.down_proj.weight", "transformer.blocks.{i}.ff_out.weight"),
+    ("model.norm.weight", "transformer.ln_f.weight"),
+    ("lm_head.weight", "transformer.ff_out.weight"),
 ]
+
+
+def _rename(name: str, pairs) -> str | None:
+    """name matched against each (from, to) template pair -> the `to` name, or None."""
+    for source, target in pairs:
+        match = re.fullmatch(re.escape(source).replace(r"\{i\}", r"(\d+)"), name)
+        if match:
+            return target.replace("{i}", match.group(1)) if match.groups() else target
+    return None
 
 
 def _field(config: dict, key: str, config_path: Path):
@@ -154,11 +164,15 @@ def weight_files(path: Path) -> dict[Path, list[str] | None]:
 def our_name(family: str, name: str) -> str | None:
     """A checkpoint tensor name -> our parameter name (None when it is not one of a model's tensors)."""
     if family == "dream":
-        for pattern, replacement in DREAM_NAMES:
-            if re.fullmatch(pattern, name):
-                return re.sub(pattern, replacement, name)
-        return None
+        return _rename(name, DREAM_NAMES)
     return name[len("model."):] if name.startswith("model.") else None
+
+
+def checkpoint_name(family: str, ours: str) -> str:
+    """Our parameter name -> the tensor name the family's checkpoints use."""
+    if family == "dream":
+        return _rename(ours, [(b, a) for a, b in DREAM_NAMES])
+    return "model." + ours
 
 
 def load_weights(model: Transformer, family: str, path: Path, device, dtype) -> dict[str, torch.Tensor]:
@@ -184,7 +198,7 @@ def load_weights(model: Transformer, family: str, path: Path, device, dtype) -> 
                                               f"{expected[ours]} from config.json")
                     state[ours] = handle.get_tensor(name).to(device=device, dtype=dtype)
             progress.update(file.stat().st_size)
-    missing = sorted(set(expected) - set(state))
+    missing = sorted(checkpoint_name(family, name) for name in set(expected) - set(state))
     if missing:
         raise CheckpointError(f"{path}: {len(missing)} tensors missing from the safetensors files, "
                               f"e.g. {', '.join(missing[:3])}")
