@@ -21,6 +21,9 @@ _MAX_TOKENS_PER_S = 8          # speech is ~4 tokens/s; a decode past 8/s is loo
 _MAX_TOKENS = 448              # Whisper's decoder context
 _MAX_COMPRESSION_RATIO = 2.4   # Whisper's own test for repetitive (hallucinated) text
 _NO_SPEECH_PROB, _NO_SPEECH_LOGPROB = 0.6, -1.0  # Whisper's own silence test
+_TIMESTAMP_S = 0.02            # one Whisper timestamp token
+_MAX_INITIAL_TIMESTAMP_INDEX = 50  # the first segment starts within 1 s, as faster-whisper requires
+_TIMESTAMP_SLACK_S = 0.2       # a segment may end a little after the last sample; one that starts later is invented
 
 
 def _default_threads() -> int:
@@ -76,7 +79,7 @@ class Transcriber:
             raise ValueError(f"cannot load the Whisper model in {model_dir}: {exc}") from None
         self._tokenizer = Tokenizer(self._model.hf_tokenizer, self._model.model.is_multilingual,
                                     task="transcribe", language="en")
-        self._prompt = [*self._tokenizer.sot_sequence, self._tokenizer.no_timestamps]
+        self._prompt = list(self._tokenizer.sot_sequence)  # timestamps on: see _transcribe_window
 
     def transcribe(self, audio: np.ndarray) -> str:
         """Text of an int16 16 kHz utterance (stripped; "" for silence or audio too short to hold a word)."""
@@ -111,18 +114,35 @@ class Transcriber:
         features = self._model.feature_extractor(padded)[:, :window_frames]  # (n_mels, window_frames)
         encoded = self._model.model.encode(get_ctranslate2_storage(np.ascontiguousarray(features[None])))
         max_new_tokens = int(_MAX_TOKENS_PER_S * duration_s) + 8
+        # NOTE: with timestamps, not without: on 20 Piper turns, the 10 s window without timestamps
+        # repeated itself twice ("Great. See you then. Great. See you"); with them, never, and a
+        # segment that starts past the audio is visibly made up and dropped. Mean WER 0.059 vs 0.065 at 30 s.
         result = self._model.model.generate(
             encoded, [self._prompt], beam_size=self.options.beam_size,
             max_length=min(_MAX_TOKENS, len(self._prompt) + max_new_tokens),
-            return_scores=True, return_no_speech_prob=True, suppress_blank=True, suppress_tokens=[-1])[0]
-        tokens = [t for t in result.sequences_ids[0] if t < self._tokenizer.eot]
-        avg_logprob = result.scores[0] * len(tokens) / (len(tokens) + 1)  # as faster-whisper computes it
+            return_scores=True, return_no_speech_prob=True, suppress_blank=True, suppress_tokens=[-1],
+            max_initial_timestamp_index=_MAX_INITIAL_TIMESTAMP_INDEX)[0]
+        sequence = result.sequences_ids[0]
+        avg_logprob = result.scores[0] * len(sequence) / (len(sequence) + 1)  # as faster-whisper computes it
         if result.no_speech_prob > _NO_SPEECH_PROB and avg_logprob < _NO_SPEECH_LOGPROB:
             return ""
+        tokens = self._text_tokens(sequence, duration_s)
         text = self._tokenizer.decode(tokens).strip()
-        if len(tokens) >= max_new_tokens or _compression_ratio(text) > _MAX_COMPRESSION_RATIO:
+        if len(sequence) >= max_new_tokens or _compression_ratio(text) > _MAX_COMPRESSION_RATIO:
             return None
         return text
+
+    def _text_tokens(self, sequence: list[int], duration_s: float) -> list[int]:
+        """Text tokens of a timestamped decode, up to the first timestamp past the end of the audio."""
+        first_timestamp = self._tokenizer.timestamp_begin
+        tokens = []
+        for token in sequence:
+            if token >= first_timestamp:
+                if (token - first_timestamp) * _TIMESTAMP_S > duration_s + _TIMESTAMP_SLACK_S:
+                    break
+            elif token < self._tokenizer.eot:
+                tokens.append(token)
+        return tokens
 
     def _transcribe_full(self, x: np.ndarray) -> str:
         """faster-whisper's own loop over 30 s windows, without its VAD (turns are already segmented)."""

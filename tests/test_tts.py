@@ -1,0 +1,120 @@
+"""Piper synthesis, clause streaming and cancellation, and the clause splitter (batch == streaming)."""
+import random
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from speech.audio import SAMPLE_RATE_HZ, resample
+from speech.tts import DEFAULT_VOICE, MIN_CLAUSE_WORDS, ClauseSplitter, Synthesizer, split_clauses
+from tests.wer import word_error_rate
+
+REPLY = ("Sure, I can help you with that. I have an opening on Tuesday at 3:30 p.m. with Maria, "
+         "and another one on Wednesday morning at ten. Which one would you prefer?")
+
+
+def test_piper_speaks_a_sentence(synthesizer, transcriber):
+    text = "Your appointment is confirmed for Monday morning."
+    audio = synthesizer.synthesize(text)
+    assert DEFAULT_VOICE.endswith("en_US-joe-medium.onnx")
+    assert synthesizer.sample_rate_hz == 22_050
+    assert audio.dtype == np.int16 and audio.ndim == 1
+    duration_s = audio.size / synthesizer.sample_rate_hz
+    assert 1.5 < duration_s < 6.0
+    assert np.sqrt(np.mean(audio.astype(np.float64) ** 2)) > 1000  # audible, not silence
+    heard = transcriber.transcribe(resample(audio, synthesizer.sample_rate_hz, SAMPLE_RATE_HZ))
+    assert word_error_rate(text, heard) <= 0.10, heard
+
+
+def test_stream_yields_the_first_clause_before_the_whole_reply_is_synthesized(synthesizer):
+    start = time.perf_counter()
+    first_s, clauses = None, []
+    for clause, audio in synthesizer.stream(REPLY):
+        first_s = first_s if first_s is not None else time.perf_counter() - start
+        assert audio.dtype == np.int16 and audio.size > 0
+        clauses.append(clause)
+    total_s = time.perf_counter() - start
+    assert clauses == split_clauses(REPLY) and len(clauses) >= 4
+    assert first_s < 0.5 * total_s, (first_s, total_s)
+
+
+def test_stream_stops_between_clauses_when_cancelled(synthesizer):
+    cancel = threading.Event()
+    got = []
+    for clause, _ in synthesizer.stream(REPLY, cancel=cancel):
+        got.append(clause)
+        cancel.set()  # barge-in while the first clause plays
+    assert got == split_clauses(REPLY)[:1]
+    assert list(synthesizer.stream(REPLY, cancel=cancel)) == []
+
+
+def test_nothing_to_say_gives_no_audio(synthesizer):
+    assert synthesizer.synthesize("").size == 0
+    assert list(synthesizer.stream("   ")) == []
+
+
+def test_bad_voice_path_raises_value_error_naming_it(tmp_path):
+    with pytest.raises(ValueError, match="nope.onnx"):
+        Synthesizer(str(tmp_path / "nope.onnx"))
+    (tmp_path / "voice.onnx").write_bytes(b"")
+    with pytest.raises(ValueError, match=r"voice.onnx.json"):
+        Synthesizer(str(tmp_path / "voice.onnx"))
+
+
+@pytest.mark.parametrize("text, clauses", [
+    ("Sure! Your appointment is at 3:30 p.m. tomorrow, and it costs $10.50 in total.",
+     ["Sure! Your appointment is at 3:30 p.m. tomorrow,", "and it costs $10.50 in total."]),
+    ("Yes, I can do that. Mr. Smith will see you at 9 a.m. Bring your card, please.",
+     ["Yes, I can do that.", "Mr. Smith will see you at 9 a.m.", "Bring your card, please."]),
+    ("The U.S. office opens at 10.5... Maybe later; we will see: call us back \"soon.\" Thanks a lot!",
+     ["The U.S. office opens at 10.5...", "Maybe later; we will see:", "call us back \"soon.\" Thanks a lot!"]),
+    ("We open at 8:00, close at 17:30, and serve 1,200 guests a day!",
+     ["We open at 8:00,", "close at 17:30,", "and serve 1,200 guests a day!"]),
+    ("Okay.", ["Okay."]),
+    ("  ", []),
+])
+def test_split_clauses(text, clauses):
+    assert split_clauses(text) == clauses
+
+
+def test_split_clauses_avoids_one_and_two_word_chunks():
+    for clause in split_clauses(REPLY + " Okay, thanks. Bye now, Bob. Yes. No, not today, sorry."):
+        assert len(clause.split()) >= MIN_CLAUSE_WORDS, clause
+
+
+TEXTS = [
+    REPLY,
+    "Hi. How are you today? I booked it for you, Bob. See you at 5 p.m. Then we can talk, e.g. about Dr. Who.",
+    "Our address is 12 Main St. Springfield, and we're open 9 a.m. to 5:30 p.m. on weekdays... Anything else?",
+    "One, two, three, four, five; six: seven! eight? nine. ten",
+]
+
+
+@pytest.mark.parametrize("text", TEXTS)
+def test_clause_splitter_over_any_chunking_equals_split_clauses(text):
+    expected = split_clauses(text)
+    rng = random.Random(1234)
+    chunkings = [[text[:i], text[i:]] for i in range(len(text) + 1)]      # every single cut
+    chunkings.append(list(text))                                         # character by character
+    for _ in range(200):                                                 # random multi-cut
+        cuts = sorted(rng.sample(range(len(text) + 1), rng.randint(1, 15)))
+        chunkings.append([text[a:b] for a, b in zip([0, *cuts], [*cuts, len(text)])])
+    for pieces in chunkings:
+        splitter, emitted = ClauseSplitter(), []
+        for piece in pieces:
+            new = splitter.push(piece)
+            emitted.extend(new)
+            assert emitted == expected[:len(emitted)]  # what was emitted is final
+        rest = splitter.flush()
+        assert emitted + ([rest] if rest else []) == expected, pieces
+
+
+def test_clause_splitter_emits_before_the_text_ends():
+    splitter = ClauseSplitter()
+    # a clause waits for 3 whole words after it: had the text ended at "I have.", it would have joined them
+    assert splitter.push("Sure, I can help you with that. I have") == []
+    assert splitter.push(" an opening") == ["Sure, I can help you with that."]
+    assert splitter.push(" on Tuesday") == []
+    assert splitter.flush() == "I have an opening on Tuesday"
+    assert splitter.flush() is None
