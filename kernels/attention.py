@@ -59,7 +59,7 @@ def _attention_kernel(q_ptr, k_ptr, v_ptr, mask_ptr, out_ptr, part_o_ptr, part_m
                      mask=valid[None, :] & (dims[:, None] < head_dim), other=0.0)  # (BLOCK_D, BLOCK_N)
         scores = tl.dot(q, kt, input_precision=INPUT_PRECISION) * scale_log2  # (BLOCK_M, BLOCK_N)
         if HAS_MASK:
-            valid &= tl.load(mask_ptr + b * smask_b + cols, mask=valid, other=0) != 0
+            valid = valid & (tl.load(mask_ptr + b * smask_b + cols, mask=valid, other=0) != 0)
         scores = tl.where(valid[None, :], scores, float("-inf"))
         new_max = tl.maximum(row_max, tl.max(scores, axis=1))
         shift = tl.where(new_max == float("-inf"), 0.0, new_max)  # rows with no key yet: keep exp2 at 0, not nan
@@ -165,8 +165,9 @@ def attention(q, k, v, key_padding_mask=None, scale=None, num_splits: int | None
         *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *out.stride()[:3], mask.stride(0),
         n_heads, n_heads // k.shape[1], q_len, k_len, keys_per_split, head_dim, scale * math.log2(math.e),
         HAS_MASK=key_padding_mask is not None, SPLIT=splits > 1,
-        INPUT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
-        BLOCK_M=block_m, BLOCK_N=BLOCK_N, BLOCK_D=block_d, num_warps=4, num_stages=3)
+        INPUT_PRECISION="ieee" if q.dtype == torch.float32 else None,  # fp32 stays fp32, not TF32
+        BLOCK_M=block_m, BLOCK_N=BLOCK_N, BLOCK_D=block_d, num_warps=4,
+        num_stages=3 if q.element_size() <= 2 else 2)  # 3 stages of fp32 K and V tiles: 192 KB of shared memory
     if splits > 1:
         _attention_combine_kernel[(m_tiles, batch * n_heads)](
             part_o, part_ml, out, *out.stride()[:3], n_heads, splits, q_len, head_dim,

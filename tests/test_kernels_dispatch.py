@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import kernels
+from tests.conftest import requires_cuda
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -42,7 +43,6 @@ def test_backend_is_read_once_and_validated(choose, monkeypatch):
         kernels.backend()
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU route")
 def test_auto_uses_the_reference_on_cpu_tensors(choose, monkeypatch):
     choose("auto")
     calls = _spy(monkeypatch, kernels._rms_norm, "rms_norm")
@@ -84,9 +84,17 @@ def test_without_triton_auto_falls_back_and_triton_choice_explains(tmp_path):
     assert "Triton is not installed" in done.stdout
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU route")
 def test_triton_choice_without_interpreter_explains(choose, monkeypatch):
     choose("triton")
     monkeypatch.setattr(kernels, "INTERPRET", False)
     with pytest.raises(ValueError, match="TRITON_INTERPRET=1"):
         kernels.swiglu(torch.randn(2, 3), torch.randn(2, 3))
+
+
+@requires_cuda
+def test_auto_uses_triton_on_cuda_tensors(choose, monkeypatch):
+    choose("auto")
+    calls = _spy(monkeypatch, kernels._swiglu, "swiglu")
+    x = torch.randn(3, 16, device="cuda")
+    torch.testing.assert_close(kernels.swiglu(x, x), kernels.swiglu_ref(x, x))
+    assert calls == ["swiglu"]
