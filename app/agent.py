@@ -8,7 +8,6 @@ import json
 import logging
 import re
 import threading
-import time
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -130,20 +129,37 @@ class Agent:
         system = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
         return system + self.messages[start:]
 
-    def respond(self, user_text: str, on_text=None, on_tool=None, cancel: threading.Event | None = None) -> TurnResult:
-        """Answer one user turn; `on_text` gets spoken text as each block settles, `on_tool` each ToolCall."""
+    def _generate(self, messages: list[dict], on_block=None, cancel: threading.Event | None = None):
+        opts = self.options
+        return self.engine.generate(messages, max_new_tokens=opts.max_new_tokens, block_length=opts.block_length,
+                                    threshold=opts.threshold, on_block=on_block, cancel=cancel)
+
+    def draft(self, user_text: str, cancel: threading.Event | None = None):
+        """The model's first answer to `user_text`, computed without touching the history or running tools.
+
+        The session drafts during the user's end-of-turn silence; if the turn really ends with these words,
+        `respond(..., first=draft)` uses it instead of generating again.
+        """
+        return self._generate(self.prompt() + [{"role": "user", "content": user_text}], cancel=cancel)
+
+    def respond(self, user_text: str, on_text=None, on_tool=None, cancel: threading.Event | None = None,
+                first=None) -> TurnResult:
+        """Answer one user turn; `on_text` gets spoken text as each block settles, `on_tool` each ToolCall.
+
+        `first` is a finished `draft(user_text)` to use as the first generation.
+        """
         opts = self.options
         turn = TurnResult(reply="")
         with self._lock:
             self.messages.append({"role": "user", "content": user_text})
         for _ in range(opts.max_tool_rounds + 1):
             speech = _SpeechFilter(on_text)
-            t0 = time.perf_counter()
-            gen = self.engine.generate(
-                self.prompt(), max_new_tokens=opts.max_new_tokens, block_length=opts.block_length,
-                threshold=opts.threshold, on_block=speech.feed, cancel=cancel,
-            )
-            turn.llm_s += time.perf_counter() - t0
+            if first is not None and first.stopped != "cancelled":
+                gen, first = first, None                   # drafted during the user's silence
+                speech.feed(gen.text)
+            else:
+                gen = self._generate(self.prompt(), on_block=speech.feed, cancel=cancel)
+            turn.llm_s += gen.seconds
             turn.passes += gen.passes
             turn.tokens += gen.tokens
             calls, spoken = parse_tool_calls(gen.text)

@@ -13,7 +13,7 @@ from typing import Awaitable, Callable
 
 import numpy as np
 
-from app.agent import Agent
+from app.agent import Agent, parse_tool_calls
 from app.playback import Playback
 from app.services import Services
 from app.trace import TurnTrace
@@ -31,6 +31,18 @@ class SessionOptions:
     barge_in: bool = True             # user speech during agent speech interrupts it; False = input ignored while the agent speaks
     realtime: bool = True             # input arrives at real-time pace (partial transcripts only make sense then)
     partial_interval_ms: int = 700    # stream time between partial transcripts while the user speaks
+    # Draft the turn (ASR, the LLM's first answer, the first clause's audio) once the user has been silent this
+    # long; if the endpoint comes with no new speech, the reply starts from the draft. None = off.
+    # Must be >= VadConfig.tail_ms, so the drafted audio is exactly the audio the endpoint hands over.
+    speculate_ms: int | None = 200
+
+
+@dataclass
+class _Draft:
+    """Work started during the end-of-turn silence, valid while the utterance stays the same."""
+    audio_samples: int                 # length of the utterance it was computed on
+    cancel: threading.Event
+    task: asyncio.Task                 # -> (transcript, Generation | None, first clause | None, its audio | None)
 
 
 class Session:
@@ -58,6 +70,8 @@ class Session:
         self._next_partial_ms = 0.0
         self._partial_busy = False
         self._pending_control: str | None = None
+        self._draft: _Draft | None = None
+        self._ready_clause: tuple[str, np.ndarray] | None = None   # the drafted first clause and its audio
         self._closed = False
 
     # --- input -----------------------------------------------------------------------------------------------
@@ -91,6 +105,7 @@ class Session:
                     elif isinstance(event, SpeechEnd):
                         self._on_speech_end(event)
                 self._maybe_partial()
+                self._maybe_draft()
         except Exception as exc:
             log.exception("session failed")
             await self._emit({"type": "error", "message": f"session failed: {exc}"})
@@ -142,10 +157,45 @@ class Session:
     def _on_speech_end(self, event: SpeechEnd) -> None:
         trace = TurnTrace(end_of_turn_delay_ms=event.time_ms - event.last_voiced_ms)
         self.turns.append(trace)
+        draft, self._draft = self._draft, None
+        if draft is not None and draft.audio_samples != len(event.audio):
+            draft.cancel.set()   # computed on other audio
+            draft = None
         self._cancel = threading.Event()
-        self._turn_task = asyncio.create_task(self._run_turn(event.audio, trace, self._cancel))
+        self._turn_task = asyncio.create_task(self._run_turn(event.audio, trace, self._cancel, draft))
+
+    def _maybe_draft(self) -> None:
+        if self.options.speculate_ms is None or not self.detector.in_speech:
+            return
+        silence_ms = self.detector.trailing_silence_ms
+        if silence_ms == 0 and self._draft is not None:      # the user went on speaking: the draft is stale
+            self._draft.cancel.set()
+            self._draft = None
+        elif silence_ms >= self.options.speculate_ms and self._draft is None:
+            audio, cancel = self.detector.endpoint_audio(), threading.Event()
+            self._draft = _Draft(len(audio), cancel, asyncio.create_task(self._make_draft(audio, cancel)))
+
+    async def _make_draft(self, audio: np.ndarray, cancel: threading.Event):
+        """Transcript, first generation and first clause's audio, with no side effects (tools run only later)."""
+        services, loop = self.services, self._loop
+        text = await loop.run_in_executor(services.asr_pool, services.asr.transcribe, audio)
+        if cancel.is_set() or not text.strip():
+            return text, None, None, None
+        generation = await loop.run_in_executor(services.llm_pool, self.agent.draft, text, cancel)
+        if cancel.is_set() or generation.stopped == "cancelled":
+            return text, None, None, None
+        spoken = parse_tool_calls(generation.text)[1]
+        splitter = ClauseSplitter()
+        clause = (splitter.push(spoken) or [splitter.flush()])[0] if spoken else None
+        if not clause:
+            return text, generation, None, None
+        clause_audio = await loop.run_in_executor(services.tts_pool, services.tts.synthesize, clause)
+        return text, generation, clause, clause_audio
 
     async def _stop_turn(self) -> None:
+        if self._draft is not None:
+            self._draft.cancel.set()
+            self._draft = None
         task, self._turn_task = self._turn_task, None
         if task is not None and not task.done():
             self._cancel.set()
@@ -178,23 +228,37 @@ class Session:
 
     # --- one turn --------------------------------------------------------------------------------------------
 
-    async def _run_turn(self, audio: np.ndarray, trace: TurnTrace, cancel: threading.Event) -> None:
+    async def _run_turn(self, audio: np.ndarray, trace: TurnTrace, cancel: threading.Event,
+                        draft: _Draft | None = None) -> None:
         try:
-            text = await self._loop.run_in_executor(self.services.asr_pool, self.services.asr.transcribe, audio)
+            text, first = await self._transcribe(audio, trace, draft)
             trace.mark("transcript")
             if not text.strip() or cancel.is_set():
                 return
             trace.transcript = text
             await self._emit({"type": "transcript", "text": text, "final": True})
             self.playback.take_heard()   # heard-text accounting starts with this turn
-            await self._respond(text, trace, cancel)
+            await self._respond(text, trace, cancel, first)
             if not cancel.is_set():
                 await self._finish_turn(trace)
         except Exception as exc:  # a failed turn is reported; the session keeps listening
             log.exception("turn failed")
             await self._emit({"type": "error", "message": f"turn failed: {exc}"})
 
-    async def _respond(self, text: str, trace: TurnTrace, cancel: threading.Event) -> None:
+    async def _transcribe(self, audio: np.ndarray, trace: TurnTrace, draft: _Draft | None):
+        """The final transcript, and the drafted first generation when the draft matches this turn."""
+        if draft is not None:
+            try:
+                text, first, clause, clause_audio = await draft.task
+                trace.drafted = first is not None
+                self._ready_clause = (clause, clause_audio) if clause else None
+                return text, first
+            except Exception:
+                log.exception("draft failed; transcribing again")
+        text = await self._loop.run_in_executor(self.services.asr_pool, self.services.asr.transcribe, audio)
+        return text, None
+
+    async def _respond(self, text: str, trace: TurnTrace, cancel: threading.Event, first=None) -> None:
         """Run the agent in its executor and speak its text clause by clause as blocks settle."""
         loop = self._loop
         pieces: asyncio.Queue[str | None] = asyncio.Queue()
@@ -205,7 +269,7 @@ class Session:
         def on_tool(call) -> None:
             loop.call_soon_threadsafe(self._on_tool, call)
 
-        job = loop.run_in_executor(self.services.llm_pool, self.agent.respond, text, on_text, on_tool, cancel)
+        job = loop.run_in_executor(self.services.llm_pool, self.agent.respond, text, on_text, on_tool, cancel, first)
         job.add_done_callback(lambda _: pieces.put_nowait(None))
         splitter, said = ClauseSplitter(), ""
         while (piece := await pieces.get()) is not None:
@@ -226,7 +290,11 @@ class Session:
         if cancel.is_set() or not clause.strip():
             return
         tts = self.services.tts
-        audio = await self._loop.run_in_executor(self.services.tts_pool, tts.synthesize, clause)
+        ready, self._ready_clause = self._ready_clause, None
+        if ready is not None and ready[0] == clause:
+            audio = ready[1]
+        else:
+            audio = await self._loop.run_in_executor(self.services.tts_pool, tts.synthesize, clause)
         if cancel.is_set():
             return
         trace.mark("tts_first_audio")

@@ -19,6 +19,7 @@ class TurnTrace:
     transcript: str = ""
     reply: str = ""
     heard: str = ""                                # what the user heard before a barge-in
+    drafted: bool = False                          # the reply started from work done during the silence
     first_chunk_id: int | None = None
     llm_passes: int = 0
     llm_tokens: int = 0
@@ -40,7 +41,8 @@ class TurnTrace:
         if "first_audio_out" in self.marks:
             after_endpoint_ms = (self.marks["first_audio_out"] - self.start_s) * 1000
             out["e2e_latency_ms"] = round(self.end_of_turn_delay_ms + after_endpoint_ms, 1)
-        out.update(llm_ms=round(self.llm_ms, 1), llm_passes=self.llm_passes, llm_tokens=self.llm_tokens)
+        out.update(llm_ms=round(self.llm_ms, 1), llm_passes=self.llm_passes, llm_tokens=self.llm_tokens,
+                   drafted=self.drafted)
         return out
 
     def metrics_event(self) -> dict:

@@ -86,6 +86,19 @@ class TurnDetector:
         """Stream time: frames pushed since the last reset * 20 ms."""
         return self._frames_pushed * FRAME_MS
 
+    @property
+    def trailing_silence_ms(self) -> float:
+        """Unvoiced audio since the last voiced frame of the current turn; 0 outside speech."""
+        if not self._in_speech:
+            return 0.0
+        return (len(self._utterance) - 1 - self._last_voiced_index) * FRAME_MS
+
+    def endpoint_audio(self) -> np.ndarray:
+        """The audio SpeechEnd would carry if the turn ended now (for work started during the silence)."""
+        silent_frames = len(self._utterance) - 1 - self._last_voiced_index
+        keep = self._last_voiced_index + 1 + min(silent_frames, self.config.tail_ms // FRAME_MS)
+        return np.concatenate(self._utterance[:keep]) if self._utterance else np.zeros(0, dtype=np.int16)
+
     def utterance_audio(self) -> np.ndarray:
         """int16 audio of the turn so far (pre-roll included); empty outside speech."""
         if not self._utterance:
@@ -142,9 +155,7 @@ class TurnDetector:
         if silent_frames * FRAME_MS < self.config.silence_ms and not too_long:
             return []
         last_voiced_ms = self.time_ms - silent_frames * FRAME_MS
-        keep = self._last_voiced_index + 1 + min(silent_frames, self.config.tail_ms // FRAME_MS)
-        end = SpeechEnd(time_ms=self.time_ms, last_voiced_ms=last_voiced_ms,
-                        audio=np.concatenate(self._utterance[:keep]))
+        end = SpeechEnd(time_ms=self.time_ms, last_voiced_ms=last_voiced_ms, audio=self.endpoint_audio())
         self._utterance = []
         self._in_speech = False
         return [end]

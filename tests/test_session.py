@@ -103,3 +103,31 @@ def test_barge_in_stops_output_and_history_keeps_what_was_heard(transcriber, syn
     heard = assistant[0]
     assert heard and heard != LONG_REPLY and LONG_REPLY.startswith(heard.rstrip(".,")), heard
     assert session.turns[0].heard == heard
+
+
+def test_reply_is_drafted_during_the_silence(transcriber, synthesizer, speak):
+    engine = FakeEngine(lambda m: f"You asked: {last_user(m)}")
+    result = asyncio.run(converse(make_services(transcriber, synthesizer, engine), speak(QUESTION)))
+    assert result["metrics"]["drafted"] is True
+    assert len(engine.calls) == 1                       # the draft was used, not generated again
+    assert result["reply"] == f"You asked: {result['transcript']}"
+
+
+def test_a_pause_mid_sentence_discards_the_draft_without_side_effects(transcriber, synthesizer, speak):
+    from app.agent import format_tool_call
+
+    def script(messages):
+        if messages[-1]["role"] == "tool":
+            return "Done."
+        return format_tool_call("book_appointment", {"said": last_user(messages)})
+
+    engine = FakeEngine(script)
+    toolbox = FakeToolbox({"book_appointment": {"ok": True}})
+    services = Services(transcriber, synthesizer, engine, toolbox, None)
+    pause = np.zeros(SAMPLE_RATE_HZ * 400 // 1000, np.int16)     # longer than speculate_ms, shorter than silence_ms
+    audio = np.concatenate([speak("I would like to book a haircut"), pause, speak("on Friday afternoon please.")])
+    result = asyncio.run(converse(services, audio))
+    assert len(toolbox.calls) == 1, toolbox.calls       # a stale draft never runs a tool; the final turn's call did
+    said = toolbox.calls[0][1]["said"].lower()
+    assert "haircut" in said and "friday" in said
+    assert result["reply"] == "Done."
