@@ -147,3 +147,18 @@ def test_state_reset_and_input_checks(speak):
 def test_config_validation_names_the_valid_range(bad, message):
     with pytest.raises(ValueError, match=message):
         VadConfig(**bad)
+
+
+def test_endpoint_audio_during_the_silence_is_what_speech_end_carries(speak):
+    # app/ starts transcribing during the trailing silence; the audio it took must be the final audio
+    audio = np.concatenate([_silence(300), _trimmed(speak(SENTENCE)), _silence(1000)])
+    detector, config = TurnDetector(), VadConfig()
+    early, end = None, None
+    for frame in frames(audio):
+        events = detector.push(frame)
+        end = next((e for e in events if isinstance(e, SpeechEnd)), end)
+        if detector.in_speech and detector.trailing_silence_ms >= config.silence_ms // 2 and early is None:
+            early = detector.endpoint_audio()
+    assert early is not None and end is not None
+    assert np.array_equal(early, end.audio)
+    assert detector.trailing_silence_ms == 0.0 and detector.endpoint_audio().size == 0
