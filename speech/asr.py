@@ -35,7 +35,7 @@ class AsrOptions:
     model_dir: str | None = None     # a CTranslate2 Whisper directory; None = the bundled tiny.en
     device: str = "cpu"              # cpu, cuda or auto
     compute_type: str = "int8"       # CTranslate2 compute type (int8, int8_float16, float16, float32, ...)
-    beam_size: int = 1               # greedy: beam 5 costs ~2x decode time for ~no gain on short turns
+    beam_size: int = 1               # 1 = greedy, the fastest decode
     cpu_threads: int = field(default_factory=_default_threads)
     # NOTE: utterances shorter than window_s - 1 s are encoded in a window_s window instead of Whisper's
     # 30 s: a 2.5 s turn on 2 cores costs ~0.15 s at 10 s vs ~0.45 s at 30 s (python -m speech.bench),
@@ -57,7 +57,6 @@ class Transcriber:
     """A loaded Whisper model: int16 16 kHz utterance in, text out."""
 
     def __init__(self, options: AsrOptions = AsrOptions()):
-        import ctranslate2
         from faster_whisper import WhisperModel
         from faster_whisper.tokenizer import Tokenizer
 
@@ -67,11 +66,7 @@ class Transcriber:
         if missing:
             raise ValueError(f"not a CTranslate2 Whisper model directory: {model_dir} "
                              f"(missing {', '.join(missing)})")
-        if options.device != "auto":
-            supported = ctranslate2.get_supported_compute_types(options.device) | {"default", "auto"}
-            if options.compute_type not in supported:
-                raise ValueError(f"compute_type {options.compute_type!r} is not supported on {options.device}; "
-                                 f"choose one of {', '.join(sorted(supported))}")
+        _check_device(options)
         try:
             self._model = WhisperModel(str(model_dir), device=options.device, compute_type=options.compute_type,
                                        cpu_threads=options.cpu_threads, local_files_only=True)
@@ -150,6 +145,20 @@ class Transcriber:
             x, language="en", beam_size=self.options.beam_size, vad_filter=False, without_timestamps=True,
             condition_on_previous_text=False)
         return " ".join(segment.text.strip() for segment in segments).strip()
+
+
+def _check_device(options: AsrOptions) -> None:
+    """ValueError unless the device exists and supports the compute type."""
+    import ctranslate2
+
+    if options.device == "auto":
+        return
+    if options.device == "cuda" and ctranslate2.get_cuda_device_count() == 0:
+        raise ValueError("device 'cuda' requested but CTranslate2 sees no CUDA device; use device='cpu'")
+    supported = ctranslate2.get_supported_compute_types(options.device) | {"default", "auto"}
+    if options.compute_type not in supported:
+        raise ValueError(f"compute_type {options.compute_type!r} is not supported on {options.device}; "
+                         f"choose one of {', '.join(sorted(supported))}")
 
 
 def _compression_ratio(text: str) -> float:

@@ -74,3 +74,12 @@ def test_bad_input_and_options_raise_value_error(tmp_path, transcriber):
         AsrOptions(beam_size=0)
     with pytest.raises(ValueError, match=r"window_s must be in \[2, 30\]"):
         AsrOptions(window_s=60)
+
+
+def test_cuda_without_a_gpu_is_a_clear_error():
+    import ctranslate2
+
+    if ctranslate2.get_cuda_device_count() > 0:
+        pytest.skip("a CUDA device is present")
+    with pytest.raises(ValueError, match="no CUDA device"):
+        Transcriber(AsrOptions(device="cuda", compute_type="float16"))
