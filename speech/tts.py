@@ -30,7 +30,10 @@ class Synthesizer:
         if not config_path.is_file():
             raise ValueError(f"Piper voice config not found: {config_path} (expected beside the .onnx file)")
         self.voice_path = str(path)
-        self._voice = PiperVoice.load(path, config_path=config_path)
+        try:
+            self._voice = PiperVoice.load(path, config_path=config_path)
+        except Exception as exc:  # onnxruntime's load errors share no base class narrower than Exception
+            raise ValueError(f"cannot load the Piper voice {path}: {exc}") from exc
         self.sample_rate_hz: int = self._voice.config.sample_rate
 
     def synthesize(self, text: str) -> np.ndarray:

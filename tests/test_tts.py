@@ -2,6 +2,7 @@
 import random
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -57,8 +58,11 @@ def test_nothing_to_say_gives_no_audio(synthesizer):
 def test_bad_voice_path_raises_value_error_naming_it(tmp_path):
     with pytest.raises(ValueError, match="nope.onnx"):
         Synthesizer(str(tmp_path / "nope.onnx"))
-    (tmp_path / "voice.onnx").write_bytes(b"")
+    (tmp_path / "voice.onnx").write_bytes(b"not an onnx model")
     with pytest.raises(ValueError, match=r"voice.onnx.json"):
+        Synthesizer(str(tmp_path / "voice.onnx"))
+    (tmp_path / "voice.onnx.json").write_text(Path(DEFAULT_VOICE + ".json").read_text())
+    with pytest.raises(ValueError, match=r"cannot load the Piper voice .*voice.onnx"):
         Synthesizer(str(tmp_path / "voice.onnx"))
 
 
