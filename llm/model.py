@@ -72,8 +72,9 @@ def causal_attention(q, k, v, start_pos: int):
     query_pos = torch.arange(start_pos, start_pos + t_q, device=q.device)[:, None]  # (Tq, 1)
     allowed = torch.arange(t_k, device=q.device)[None, :] <= query_pos  # (Tq, Tk) True = attend
     groups = q.shape[1] // k.shape[1]
-    k = k.repeat_interleave(groups, dim=1)  # (B, H, Tk, D)
-    v = v.repeat_interleave(groups, dim=1)
+    if groups > 1:
+        k = k.repeat_interleave(groups, dim=1)  # (B, H, Tk, D)
+        v = v.repeat_interleave(groups, dim=1)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)
 
 

@@ -1,0 +1,114 @@
+"""`parley llm generate` and `parley llm bench`: the diffusion LM on its own, from a checkpoint directory."""
+import argparse
+import json
+from dataclasses import asdict
+import sys
+from pathlib import Path
+
+
+def _add_model_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", metavar="DIR", help="parley, LLaDA or Dream checkpoint directory "
+                                                  "(default: PARLEY_LLM_MODEL, else the embedded model)")
+    p.add_argument("--device", help="cpu or cuda (default: cuda when available)")
+    p.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), help="default: the checkpoint's")
+    p.add_argument("--threads", type=int, help="torch CPU threads (1 is fastest for small models on busy CPUs)")
+    p.add_argument("--system", default=None, help="system prompt")
+    p.add_argument("--prompt", default="Hi! What time do you open tomorrow?", help="the user's message")
+    p.add_argument("--max-new-tokens", type=int, default=96)
+    p.add_argument("--block-length", type=int, default=32)
+    p.add_argument("--threshold", type=float, default=0.9, help="commit tokens at least this confident")
+
+
+def register(subparsers) -> None:
+    llm = subparsers.add_parser("llm", help="run the diffusion language model on its own")
+    commands = llm.add_subparsers(dest="llm_command", required=True)
+
+    gen = commands.add_parser("generate", help="print the reply to --prompt and its decoding stats")
+    _add_model_flags(gen)
+    gen.add_argument("--steps", type=int, help="fixed passes per block instead of --threshold")
+    gen.add_argument("--temperature", type=float, default=0.0)
+    gen.add_argument("--cache", choices=("prefix", "dual", "none"), default="prefix", help="KV cache mode")
+    gen.add_argument("--seed", type=int)
+    gen.set_defaults(func=run_generate)
+
+    bench = commands.add_parser("bench", help="diffusion decoding vs an autoregressive baseline, same weights")
+    _add_model_flags(bench)
+    bench.add_argument("--steps", type=int, default=8, help="passes per block for the fixed-steps rows")
+    bench.add_argument("--repeats", type=int, default=5, help="timed runs per method (median reported)")
+    bench.add_argument("--ignore-eos", action="store_true", help="always fill --max-new-tokens")
+    bench.add_argument("--json", action="store_true", help="print the rows as JSON")
+    bench.set_defaults(func=run_bench)
+
+
+def _messages(args) -> list[dict]:
+    messages = [{"role": "system", "content": args.system}] if args.system else []
+    return messages + [{"role": "user", "content": args.prompt}]
+
+
+def _load(args):
+    """The Engine for --model, or None after printing why it cannot be loaded."""
+    import torch
+
+    import llm
+    from app.settings import from_env
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    path = Path(args.model or from_env().llm_model)
+    if args.model is None and not path.is_dir():
+        print(f"parley llm: no model at {path} yet: pass --model DIR", file=sys.stderr)
+        return None
+    try:
+        return llm.load(path, device=args.device, dtype=getattr(torch, args.dtype) if args.dtype else None)
+    except ValueError as exc:  # CheckpointError is one
+        print(f"parley llm: {exc}", file=sys.stderr)
+        return None
+
+
+def run_generate(args) -> int:
+    engine = _load(args)
+    if engine is None:
+        return 2
+    try:
+        gen = engine.generate(_messages(args), max_new_tokens=args.max_new_tokens, block_length=args.block_length,
+                              threshold=args.threshold, steps=args.steps, temperature=args.temperature,
+                              use_cache=args.cache, seed=args.seed,
+                              on_block=lambda text: print(text, end="", flush=True))
+    except ValueError as exc:
+        print(f"parley llm: {exc}", file=sys.stderr)
+        return 2
+    print()
+    print(f"[{gen.tokens} tokens in {gen.passes} passes ({gen.tokens / max(gen.passes, 1):.2f} tokens/pass), "
+          f"{1000 * gen.seconds:.1f} ms, first block {1000 * gen.first_block_s:.1f} ms, "
+          f"{gen.tokens / gen.seconds:.1f} tokens/s, stopped: {gen.stopped}]")
+    return 0
+
+
+def run_bench(args) -> int:
+    import torch
+
+    from llm.bench import BenchOptions, format_table, run_bench as bench
+
+    engine = _load(args)
+    if engine is None:
+        return 2
+    opts = BenchOptions(max_new_tokens=args.max_new_tokens, block_length=args.block_length,
+                        threshold=args.threshold, steps=args.steps, repeats=args.repeats,
+                        stop_at_eos=not args.ignore_eos)
+    try:
+        rows = bench(engine, _messages(args), opts)
+    except ValueError as exc:
+        print(f"parley llm: {exc}", file=sys.stderr)
+        return 2
+    params_m = sum(p.numel() for p in engine.model.parameters()) / 1e6
+    where = f"{engine.device} {str(engine.dtype).removeprefix('torch.')}, {torch.get_num_threads()} threads"
+    if args.json:
+        print(json.dumps({"model": str(args.model), "parameters_m": params_m, "device": where,
+                          "prompt_tokens": len(engine.prompt_ids(_messages(args))), "options": asdict(opts),
+                          "rows": rows}, indent=2))
+        return 0
+    header = (f"{engine.chat_style} model, {params_m:.1f}M parameters, {where}; "
+              f"max_new_tokens={opts.max_new_tokens}, block_length={opts.block_length}, "
+              f"median of {opts.repeats}")
+    print(format_table(rows, header))
+    return 0

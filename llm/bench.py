@@ -1,0 +1,97 @@
+"""`parley llm bench`: diffusion decoding policies and caches against an autoregressive baseline, same weights.
+
+Every method writes a reply to the same prompt in the same process; each row is the median of `repeats` runs
+after one warm-up, and ratios are against the autoregressive row measured in this run.
+"""
+import statistics
+import time
+from dataclasses import dataclass
+
+import torch
+
+from llm.engine import Engine
+from llm.generate import DecodeOptions, autoregressive_reply
+
+BASELINE = "autoregressive (causal, KV cache)"
+
+
+@dataclass(frozen=True)
+class BenchOptions:
+    max_new_tokens: int = 96
+    block_length: int = 32
+    threshold: float = 0.9
+    steps: int = 8            # passes per block for the fixed-steps rows
+    repeats: int = 5
+    stop_at_eos: bool = True  # False: every method fills max_new_tokens
+
+
+def methods(opts: BenchOptions) -> list[tuple[str, DecodeOptions | None]]:
+    """(row name, diffusion options) for each method; None is the autoregressive baseline."""
+    common = dict(max_new_tokens=opts.max_new_tokens, block_length=opts.block_length, stop_at_eos=opts.stop_at_eos)
+    rows: list[tuple[str, DecodeOptions | None]] = [(BASELINE, None)]
+    for cache in ("prefix", "dual", "none"):
+        rows.append((f"threshold {opts.threshold}, {cache} cache",
+                     DecodeOptions(threshold=opts.threshold, cache=cache, **common)))
+    for cache in ("prefix", "none"):
+        rows.append((f"steps {opts.steps}/block, {cache} cache", DecodeOptions(steps=opts.steps, cache=cache, **common)))
+    return rows
+
+
+@torch.inference_mode()
+def _autoregressive_run(engine: Engine, prompt_ids: list[int], opts: BenchOptions) -> dict:
+    start = time.perf_counter()
+    first_block_s = None
+
+    def on_token(count: int) -> None:
+        nonlocal first_block_s
+        if count == opts.block_length:
+            first_block_s = time.perf_counter() - start
+    prompt = torch.tensor(prompt_ids, dtype=torch.long, device=engine.device)
+    decoded = autoregressive_reply(engine.model, prompt, engine.special, opts.max_new_tokens, opts.stop_at_eos,
+                                   on_token=on_token)
+    seconds = time.perf_counter() - start
+    return dict(passes=decoded.passes, tokens=len(decoded.tokens), seconds=seconds,
+                first_block_s=first_block_s or seconds)
+
+
+def _run(engine: Engine, prompt_ids: list[int], decode: DecodeOptions | None, opts: BenchOptions) -> dict:
+    if decode is None:
+        return _autoregressive_run(engine, prompt_ids, opts)
+    gen = engine.generate_ids(prompt_ids, decode)
+    return dict(passes=gen.passes, tokens=gen.tokens, seconds=gen.seconds, first_block_s=gen.first_block_s)
+
+
+def run_bench(engine: Engine, messages: list[dict], opts: BenchOptions) -> list[dict]:
+    """One row per method: median passes, tokens, tokens/pass, tokens/s, first-block and total ms, ratios."""
+    if opts.repeats < 1:
+        raise ValueError(f"repeats={opts.repeats} must be >= 1")
+    prompt_ids = engine.prompt_ids(messages)
+    rows = []
+    for name, decode in methods(opts):
+        _run(engine, prompt_ids, decode, opts)  # warm-up
+        runs = [_run(engine, prompt_ids, decode, opts) for _ in range(opts.repeats)]
+        med = {key: statistics.median(r[key] for r in runs) for key in runs[0]}
+        rows.append(dict(method=name, passes=med["passes"], tokens=med["tokens"],
+                         tokens_per_pass=statistics.median(r["tokens"] / max(r["passes"], 1) for r in runs),
+                         tokens_per_s=statistics.median(r["tokens"] / r["seconds"] for r in runs),
+                         first_block_ms=1000 * med["first_block_s"], total_ms=1000 * med["seconds"]))
+    base = rows[0]
+    for row in rows:
+        row["speed_vs_ar"] = row["tokens_per_s"] / base["tokens_per_s"] if base["tokens_per_s"] else float("nan")
+        row["first_block_vs_ar"] = base["first_block_ms"] / row["first_block_ms"]
+    return rows
+
+
+def format_table(rows: list[dict], header: str = "") -> str:
+    """A fixed-width table; the ×AR columns are speed-ups over the autoregressive row (higher is better)."""
+    columns = [("method", "{:<36}", "method"), ("passes", "{:>6.0f}", "passes"), ("tokens", "{:>6.0f}", "tokens"),
+               ("tok/pass", "{:>8.2f}", "tokens_per_pass"), ("tok/s", "{:>8.1f}", "tokens_per_s"),
+               ("×AR", "{:>6.2f}", "speed_vs_ar"), ("1st block ms", "{:>12.1f}", "first_block_ms"),
+               ("×AR", "{:>6.2f}", "first_block_vs_ar"), ("total ms", "{:>9.1f}", "total_ms")]
+    widths = [len(fmt.format(rows[0][key])) if rows else len(title) for title, fmt, key in columns]
+    lines = [header] if header else []
+    lines.append("  ".join(title.rjust(w) if i else title.ljust(w)
+                           for i, ((title, _, _), w) in enumerate(zip(columns, widths))))
+    lines.append("  ".join("-" * w for w in widths))
+    lines += ["  ".join(fmt.format(row[key]) for _, fmt, key in columns) for row in rows]
+    return "\n".join(lines)
