@@ -50,6 +50,10 @@ class Store:
         sql = "SELECT id, name, service, start, duration_min FROM appointments WHERE start LIKE ? ORDER BY start"
         return self._rows(sql, (f"{date.isoformat()}T%",))
 
+    def all(self) -> list[Appointment]:
+        """Every appointment, by start time."""
+        return self._rows("SELECT id, name, service, start, duration_min FROM appointments ORDER BY start")
+
     def for_name(self, name: str, since: datetime | None = None) -> list[Appointment]:
         """The appointments booked under `name` (any case), from `since` on, by start time."""
         sql = ("SELECT id, name, service, start, duration_min FROM appointments "

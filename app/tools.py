@@ -238,12 +238,12 @@ class Toolbox:
         taken = any(a.start < start + timedelta(minutes=shortest) and start < a.end for a in self.store.on_date(d))
         result = {"when": when_text(start), "available": not taken}
         if taken:
-            result["free"] = self._nearest_text(start, shortest)
+            result["free"] = self._nearest_text(start, shortest) or "nothing"
         return result
 
     def _nearest_text(self, start: datetime, duration_min: int) -> str:
         free = sorted(self._free_starts(start.date(), duration_min), key=lambda t: abs(t - start))[:2]
-        return _join([time_text(t.time()) for t in sorted(free)]) if free else "nothing else that day"
+        return _join([time_text(t.time()) for t in sorted(free)]) if free else ""
 
     def _book_appointment(self, name: str, day: str, time: str, service: str) -> dict:
         s = self._service(service)
@@ -252,8 +252,9 @@ class Toolbox:
         try:
             self.store.add(name, s.name, start, s.duration_min)
         except ValueError:
-            raise Refusal(f"{when_text(start)} is already taken. The nearest free times are "
-                          f"{self._nearest_text(start, s.duration_min)}.") from None
+            nearest = self._nearest_text(start, s.duration_min)
+            raise Refusal(f"{when_text(start)} is already taken. The nearest free times are {nearest}." if nearest
+                          else f"{when_text(start)} is already taken, and that day is fully booked.") from None
         return {"name": name.strip(), "service": s.name, "when": when_text(start), "price": self.profile.price_text(s)}
 
     def _upcoming(self, name: str) -> list[Appointment]:

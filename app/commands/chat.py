@@ -1,0 +1,58 @@
+"""`parley chat`: a text conversation on stdin/stdout through the same agent, model and tools as a call."""
+import json
+import sys
+
+from app.commands.common import add_model_flags, settings_from
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("chat", help="talk to the agent in text, one line per turn")
+    p.add_argument("--json", action="store_true",
+                   help="one JSON object per user line: user, reply, tool_calls, passes, latency_ms")
+    add_model_flags(p)
+    p.set_defaults(func=run)
+
+
+def open_agent(settings):
+    """The engine, business tools and agent named by the settings."""
+    import llm
+    from app.agent import Agent
+    from app.tools import Toolbox, load_profile, open_store, system_prompt
+
+    profile = load_profile(settings.profile)
+    engine = llm.load(settings.llm_model, device=settings.llm_device)
+    toolbox = Toolbox(profile, open_store(settings.db_path))
+    return Agent(engine, toolbox, system_prompt(profile, toolbox, engine.chat_style))
+
+
+def turn_record(user: str, turn) -> dict:
+    return {"user": user, "reply": turn.reply,
+            "tool_calls": [{"name": c.name, "arguments": c.arguments, "result": c.result} for c in turn.tool_calls],
+            "passes": turn.passes, "latency_ms": round(1000 * turn.llm_s, 1)}
+
+
+def run(args) -> int:
+    try:
+        agent = open_agent(settings_from(args))
+    except ValueError as exc:  # a bad profile, checkpoint directory or device
+        print(f"parley chat: {exc}", file=sys.stderr)
+        return 2
+    interactive = sys.stdin.isatty() and not args.json
+    while True:
+        if interactive:
+            print("you> ", end="", flush=True)
+        line = sys.stdin.readline()
+        if not line:
+            return 0
+        user = line.strip()
+        if not user:
+            continue
+        turn = agent.respond(user)
+        if args.json:
+            print(json.dumps(turn_record(user, turn), ensure_ascii=False), flush=True)
+            continue
+        for call in turn.tool_calls:
+            print(f"  [{call.name} {json.dumps(call.arguments)} -> {json.dumps(call.result)}]", flush=True)
+        print(f"agent> {turn.reply}", flush=True)
+        if any(c.name == "end_call" for c in turn.tool_calls):
+            return 0

@@ -1,0 +1,58 @@
+"""`parley eval`: the held-out front-desk benchmark of a model (tool calls, grounding, small talk, latency)."""
+import json
+import sys
+
+from app.commands.common import add_model_flags, settings_from
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("eval", help="score a model on held-out front-desk dialogues")
+    p.add_argument("--dialogues", type=int, default=200, help="held-out dialogues to replay (each has 1-6 turns)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the held-out dialogues")
+    p.add_argument("--threads", type=int, default=2, help="torch CPU threads")
+    p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+    p.add_argument("--show-misses", action="store_true", help="print a few failed turns per metric")
+    add_model_flags(p)
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    import torch
+    from tqdm import tqdm
+
+    import llm
+    from app.evaluate import evaluate
+    from app.profile import load_profile
+
+    torch.set_num_threads(args.threads)
+    settings = settings_from(args)
+    try:
+        profile = load_profile(settings.profile)
+        engine = llm.load(settings.llm_model, device=settings.llm_device)
+    except ValueError as exc:
+        print(f"parley eval: {exc}", file=sys.stderr)
+        return 2
+    report = evaluate(engine, profile, args.dialogues, args.seed,
+                      progress=lambda xs: tqdm(xs, desc="eval", unit="turn", dynamic_ncols=True))
+    summary = report.summary()
+    if args.json:
+        print(json.dumps(summary, indent=2))
+    else:
+        print(f"held-out front desk, {args.dialogues} dialogues, model {settings.llm_model}, "
+              f"{torch.get_num_threads()} CPU threads on {engine.device}")
+        print(f"{'metric':<28}{'value':>10}{'turns':>8}")
+        rows = [("tool-call exact match", summary["tool_call_exact_match"], report.tool_calls.total),
+                ("no call when none needed", summary["no_call_accuracy"], report.no_call.total),
+                ("grounded replies", summary["grounded_replies"], report.grounded.total),
+                ("small talk fits", summary["small_talk_fit"], report.small_talk.total)]
+        for name, rate, n in rows:
+            print(f"{name:<28}{100 * rate:>9.1f}%{n:>8}")
+        for key in ("turn_ms_median", "turn_ms_p95", "reply_ms_median", "reply_ms_p95"):
+            print(f"{'LLM ' + key.replace('_ms_', ' ms ').replace('_', ' '):<28}{summary[key]:>10.1f}")
+        print(f"{'passes per token':<28}{summary['passes_per_token']:>10.3f}")
+        print(f"{'tokens per pass':<28}{summary['tokens_per_pass']:>10.2f}")
+    if args.show_misses:
+        for name in ("tool_calls", "no_call", "grounded", "small_talk"):
+            for miss in getattr(report, name).misses:
+                print(f"[{name}] {json.dumps(miss, default=str)}")
+    return 0

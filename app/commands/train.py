@@ -1,0 +1,117 @@
+"""`parley train`: write front-desk dialogues for a profile, train a tokenizer and a small masked-diffusion model."""
+import json
+import logging
+import random
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from app.settings import DEFAULT_LLM_DIR
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class DataOptions:
+    train_dialogues: int = 6000
+    heldout_dialogues: int = 300
+    vocab_size: int = 1024
+    response_len: int = 64            # longest target, <|end|> included (replies are < 60 tokens)
+    max_prompt_tokens: int = 320                     # longer prompts (rare, long dialogues) are dropped
+
+
+# Model sizes: "default" is the shipped checkpoint; "tiny" is for tests.
+SIZES = {
+    "default": dict(d_model=192, n_layers=4, n_heads=4, n_kv_heads=4, mlp_hidden_size=512),
+    "tiny": dict(d_model=32, n_layers=2, n_heads=2, n_kv_heads=2, mlp_hidden_size=64),
+}
+
+
+def encode_examples(pairs, tokenizer, opts: DataOptions, seed: int = 0):
+    """(prompt messages, target) pairs -> llm.train.Example list, rendered as the Agent prompts the engine."""
+    from llm import chat
+    from llm.train import Example
+
+    end = tokenizer.token_to_id(chat.END)
+    prompts = tokenizer.encode_batch([chat.render(m, "parley") for m, _ in pairs], add_special_tokens=False)
+    targets = tokenizer.encode_batch([t for _, t in pairs], add_special_tokens=False)
+    # Like LLaDA's SFT, each target is padded with <|end|> (a random amount here, up to response_len): the model
+    # learns that a reply ends in <|end|> and that <|end|> follows it, whatever canvas the sampler gives it.
+    rng = random.Random(seed)
+    out = []
+    for p, t in zip(prompts, targets):
+        if len(p.ids) <= opts.max_prompt_tokens and len(t.ids) < opts.response_len:
+            n_end = rng.randint(1, opts.response_len - len(t.ids))
+            out.append(Example(p.ids, t.ids + [end] * n_end))
+    return out
+
+
+def build_data(profile, data: DataOptions, seed: int):
+    """Dialogues of both splits -> (tokenizer, train examples, held-out examples)."""
+    from app.dialogues import examples, generate
+    from llm import chat
+    from llm.train import train_tokenizer
+
+    t0 = time.perf_counter()
+    train_pairs = examples(generate(profile, "train", data.train_dialogues, seed), profile)
+    heldout_pairs = examples(generate(profile, "heldout", data.heldout_dialogues, seed), profile)
+    texts = (chat.render(m, "parley") + t + chat.END for m, t in train_pairs)  # the tokenizer sees training text only
+    tokenizer = train_tokenizer(texts, data.vocab_size, list(chat.PARLEY_SPECIAL_TOKENS))
+    train_set = encode_examples(train_pairs, tokenizer, data, seed)
+    heldout_set = encode_examples(heldout_pairs, tokenizer, data, seed)
+    log.info("%d train and %d held-out examples from %d + %d dialogues in %.1f s", len(train_set), len(heldout_set),
+             data.train_dialogues, data.heldout_dialogues, time.perf_counter() - t0)
+    return tokenizer, train_set, heldout_set
+
+
+def run_training(profile, out_dir: Path, size: str, data: DataOptions, opts) -> dict:
+    """The whole pipeline; writes the checkpoint to out_dir and returns the summary."""
+    from tqdm import tqdm
+
+    from llm import chat
+    from llm.load import save_parley
+    from llm.model import ModelArgs
+    from llm.train import train
+
+    tokenizer, train_set, heldout_set = build_data(profile, data, opts.seed)
+    longest = max(len(e.prompt) + len(e.response) for e in train_set + heldout_set)
+    args = ModelArgs(**SIZES[size], vocab_size=tokenizer.get_vocab_size(), max_sequence_length=1024)
+    assert longest <= args.max_sequence_length
+    model, summary = train(args, train_set, heldout_set, mask_id=tokenizer.token_to_id(chat.MASK),
+                           pad_id=tokenizer.token_to_id(chat.PAD), opts=opts, log=tqdm.write)
+    save_parley(model, tokenizer, out_dir)
+    summary.update(profile=profile.name, size=size, data=asdict(data), train=asdict(opts),
+                   parameters=sum(p.numel() for p in model.parameters()), train_examples=len(train_set))
+    (out_dir / "training.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    return summary
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("train", help="train the embedded front-desk model for a business profile")
+    p.add_argument("--profile", help="business profile YAML (default: the shipped one)")
+    p.add_argument("--out", default=str(DEFAULT_LLM_DIR), help="checkpoint directory to write")
+    p.add_argument("--size", choices=sorted(SIZES), default="default", help="model size preset")
+    p.add_argument("--steps", type=int, default=None, help="optimizer steps")
+    p.add_argument("--batch-size", type=int, default=None, help="sequences per step")
+    p.add_argument("--dialogues", type=int, default=None, help="training dialogues to write")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default 1, see llm/train.py)")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from app.profile import load_profile
+    from llm.train import TrainOptions
+
+    try:
+        profile = load_profile(args.profile)
+        opts = TrainOptions(**{k: v for k, v in dict(steps=args.steps, batch_size=args.batch_size,
+                                                       seed=args.seed, threads=args.threads).items() if v is not None})
+        data = DataOptions(**({"train_dialogues": args.dialogues} if args.dialogues else {}))
+    except ValueError as exc:
+        print(f"parley train: {exc}")
+        return 2
+    summary = run_training(profile, Path(args.out), args.size, data, opts)
+    print(f"wrote {args.out} in {summary['seconds'] / 60:.1f} min of training; "
+          f"final held-out loss {summary['heldout_loss'][-1][1]:.4f}")
+    return 0

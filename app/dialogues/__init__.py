@@ -1,0 +1,109 @@
+"""Training and evaluation dialogues for the front desk, written from templates and run against the real tools.
+
+`generate(profile, split, n, seed)` writes n dialogues; `examples(...)` turns them into (prompt messages, target)
+pairs rendered exactly as the Agent would prompt; `cases(...)` into per-turn evaluation cases.
+"""
+import random
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from app.agent import TOOL_CALL_OPEN, AgentOptions
+from app.dialogues import scenarios
+from app.dialogues.booking import booking
+from app.dialogues.script import Booking, Dialogue, Script
+from app.profile import Profile
+
+SPLITS = ("train", "heldout")
+# The main request of a dialogue, by weight.
+MAIN = {booking: 40, scenarios.availability: 14, scenarios.cancel: 10, scenarios.look_up: 6,
+        scenarios.business_question: 14, scenarios.date_and_time: 3, scenarios.transfer: 3}
+MAIN_SMALL_TALK = {"who_are_you": 3, "out_of_scope": 5}
+
+
+def write_dialogue(profile: Profile, split: str, rng: random.Random) -> Dialogue:
+    """One dialogue: maybe a greeting, a main request (or small talk), maybe thanks and goodbye."""
+    now = datetime(2026, 1, 5, 8, 0) + timedelta(days=rng.randrange(0, 700), minutes=15 * rng.randrange(0, 44))
+    s = Script(profile, split, rng, now)
+    if rng.random() < 0.25:
+        scenarios.small_talk(s, rng.choice(("greeting", "greeting", "how_are_you")))
+    kinds = list(MAIN) + list(MAIN_SMALL_TALK)
+    weights = list(MAIN.values()) + list(MAIN_SMALL_TALK.values())
+    kind = rng.choices(kinds, weights=weights)[0]
+    if kind in MAIN_SMALL_TALK:
+        scenarios.small_talk(s, kind)
+    else:
+        kind(s)
+    if rng.random() < 0.3:
+        scenarios.small_talk(s, "thanks")
+    if rng.random() < 0.3:
+        scenarios.goodbye(s)
+    return s.finish()
+
+
+def generate(profile: Profile, split: str, n: int, seed: int = 0) -> list[Dialogue]:
+    """n dialogues of `split` (train or heldout); the same arguments always give the same dialogues."""
+    if split not in SPLITS:
+        raise ValueError(f"unknown split {split!r}; valid: {', '.join(SPLITS)}")
+    rng = random.Random(f"{seed}:{split}")
+    return [write_dialogue(profile, split, rng) for _ in range(n)]
+
+
+def system_message(profile: Profile) -> dict:
+    from app.tools import system_prompt
+
+    return {"role": "system", "content": system_prompt(profile, None, "parley")}
+
+
+def prompt_messages(system: dict, history: list[dict], max_history_turns: int) -> list[dict]:
+    """What the Agent sends for `history`: the system message and the last `max_history_turns` user turns."""
+    user_idx = [i for i, m in enumerate(history) if m["role"] == "user"]
+    start = user_idx[-max_history_turns] if len(user_idx) > max_history_turns else 0
+    return [system] + history[start:]
+
+
+def examples(dialogues: list[Dialogue], profile: Profile,
+             max_history_turns: int = AgentOptions.max_history_turns) -> list[tuple[list[dict], str]]:
+    """(prompt messages, assistant target) for every assistant message of every dialogue."""
+    system = system_message(profile)
+    out = []
+    for d in dialogues:
+        for i, m in enumerate(d.messages):
+            if m["role"] == "assistant":
+                out.append((prompt_messages(system, d.messages[:i], max_history_turns), m["content"]))
+    return out
+
+
+@dataclass
+class Case:
+    """One user turn to replay: the store and history before it, and what the reference agent did."""
+    now: datetime
+    bookings: list[Booking]
+    history: list[dict]
+    user: str
+    intent: str
+    calls: list[tuple[str, dict]]   # expected tool calls, in order
+    results: list[dict]             # what they returned in the reference
+    reply: str                      # the reference's spoken reply
+
+
+def cases(dialogues: list[Dialogue]) -> list[Case]:
+    import json
+
+    out = []
+    for d in dialogues:
+        user_idx = [i for i, m in enumerate(d.messages) if m["role"] == "user"]
+        for k, i in enumerate(user_idx):
+            end = user_idx[k + 1] if k + 1 < len(user_idx) else len(d.messages)
+            turn = d.messages[i + 1:end]
+            calls, results, reply = [], [], ""
+            for m in turn:
+                if m["role"] == "assistant" and m["content"].startswith(TOOL_CALL_OPEN):
+                    payload = json.loads(m["content"][len(TOOL_CALL_OPEN):-len("</tool_call>")])
+                    calls.append((payload["name"], payload["arguments"]))
+                elif m["role"] == "tool":
+                    results.append(json.loads(m["content"])["result"])
+                elif m["role"] == "assistant":
+                    reply = m["content"]
+            out.append(Case(d.now, d.snapshots[k], d.messages[:i], d.messages[i]["content"], d.intents[k],
+                            calls, results, reply))
+    return out

@@ -1,0 +1,160 @@
+"""One dialogue being written: the real Toolbox on a private SQLite store, and the messages the Agent would keep."""
+import random
+from dataclasses import dataclass, field
+from datetime import date, datetime, time, timedelta
+
+from app.agent import format_tool_call, tool_message
+from app.dialogues import phrases
+from app.dialogues.replies import reply_to
+from app.profile import WEEKDAYS, Profile, Service
+from app.store import open_store
+from app.tools import Toolbox
+
+Booking = tuple[str, str, datetime, int]  # name, service, local start, duration_min
+
+_LOWER_FIRST = set("""can could what how do is are when where please yes yeah okay let's just the my it's this hi
+hello that's thanks thank cancel any would sure perfect great fine then so good hey at""".split())
+
+
+@dataclass
+class Dialogue:
+    """A written dialogue: the clock and bookings it started from, and the messages (system excluded)."""
+    now: datetime
+    setup: list[Booking]
+    messages: list[dict] = field(default_factory=list)
+    intents: list[str] = field(default_factory=list)               # one per user message
+    snapshots: list[list[Booking]] = field(default_factory=list)   # the store before each user message
+
+
+class Script:
+    """Writes one dialogue; picks values and phrasings from its split only."""
+
+    def __init__(self, profile: Profile, split: str, rng: random.Random, now: datetime):
+        self.profile, self.split, self.rng, self.now = profile, split, rng, now
+        self.store = open_store(":memory:")
+        self.toolbox = Toolbox(profile, self.store, now=lambda: now)
+        self.dialogue = Dialogue(now=now, setup=[])
+
+    # -- choices ---------------------------------------------------------------------------------------------
+
+    def pick(self, items: list):
+        return self.rng.choice(phrases.split_items(items, self.split) or items)
+
+    def name(self) -> str:
+        made_up = self.split == "train" and self.rng.random() < 0.4
+        first = phrases.made_up_name(self.rng) if made_up else self.pick(phrases.FIRST_NAMES)
+        if self.rng.random() >= 0.3:
+            return first
+        last = phrases.made_up_name(self.rng) if made_up else self.pick(phrases.LAST_NAMES)
+        return f"{first} {last}"
+
+    def service(self) -> tuple[str, str]:
+        """(canonical name, how the caller says it)."""
+        s: Service = self.rng.choice(self.profile.services)
+        word = self.rng.choice((s.name,) * 2 + s.aliases)
+        return s.name, self.with_article(word)
+
+    def unknown_service(self) -> tuple[str, str]:
+        word = self.pick(phrases.UNKNOWN_SERVICES)
+        return word, self.with_article(word)
+
+    def with_article(self, word: str) -> str:
+        if word.endswith("s") and not word.endswith("ss"):
+            return word
+        return ("an " if word[0] in "aeiou" else "a ") + word
+
+    def date_of(self, day: str) -> date:
+        today = self.now.date()
+        if day in ("today", "tomorrow"):
+            return today + timedelta(days=day == "tomorrow")
+        return today + timedelta(days=(WEEKDAYS.index(day) - today.weekday()) % 7)
+
+    def day_key(self, d: date) -> str:
+        """How a date within the coming week is named as a `day` argument."""
+        offset = (d - self.now.date()).days
+        assert 0 <= offset < 7, "only dates in the coming week have a day name"
+        return "today" if offset == 0 else "tomorrow" if offset == 1 else WEEKDAYS[d.weekday()]
+
+    def hours(self, day: str) -> tuple[time, time] | None:
+        return self.profile.hours[WEEKDAYS[self.date_of(day).weekday()]]
+
+    def day(self, open_only: bool = True) -> str:
+        for _ in range(50):
+            r = self.rng.random()
+            day = "today" if r < 0.1 else "tomorrow" if r < 0.3 else self.rng.choice(WEEKDAYS)
+            if not open_only or self.free_times(day, 15):
+                return day
+        raise ValueError(f"{self.profile.name} has no opening hours in the coming week")
+
+    def free_times(self, day: str, duration_min: int) -> list[datetime]:
+        """Start times on the 15-minute grid within hours, after now, that fit `duration_min`."""
+        hours = self.hours(day)
+        if hours is None:
+            return []
+        d = self.date_of(day)
+        t, last = datetime.combine(d, hours[0]), datetime.combine(d, hours[1]) - timedelta(minutes=duration_min)
+        starts = []
+        while t <= last:
+            if t > self.now + timedelta(minutes=30):
+                starts.append(t)
+            t += timedelta(minutes=15)
+        return starts
+
+    def say_time(self, t: time) -> str:
+        return phrases.time_phrase(self.rng, t.hour, t.minute, self.split)
+
+    def say_day(self, day: str) -> str:
+        return phrases.day_phrase(self.rng, day)
+
+    # -- writing ---------------------------------------------------------------------------------------------
+
+    def book_existing(self, name: str, service: str, start: datetime) -> bool:
+        """Put a booking in the store before the call starts; False if it overlaps one already there."""
+        s = self.profile.service(service)
+        try:
+            self.store.add(name, s.name, start, s.duration_min)
+        except ValueError:
+            return False
+        self.dialogue.setup.append((name, s.name, start, s.duration_min))
+        return True
+
+    def user(self, text: str, intent: str) -> None:
+        snapshot = [(a.name, a.service, a.start, a.duration_min) for a in self.store.all()]
+        self.dialogue.messages.append({"role": "user", "content": self.noisy(text)})
+        self.dialogue.intents.append(intent)
+        self.dialogue.snapshots.append(snapshot)
+
+    def noisy(self, text: str) -> str:
+        """A filler or a repeated first word now and then, as callers speak and Whisper writes."""
+        text = " ".join(text.split())
+        first = text.split(" ", 1)[0]
+        r = self.rng.random()
+        if r < 0.18:
+            head = first.lower() if first.lower().strip(",.?") in _LOWER_FIRST else first
+            text = f"{self.rng.choice(phrases.FILLERS).capitalize()}, {head}{text[len(first):]}"
+        elif r < 0.24 and len(text.split()) > 2:
+            head = first.lower() if first.lower().strip(",.?") in _LOWER_FIRST else first
+            text = f"{first.rstrip(',.?')}, {head}{text[len(first):]}"
+        return text[0].upper() + text[1:]
+
+    def say(self, text: str) -> None:
+        self.dialogue.messages.append({"role": "assistant", "content": text})
+
+    def call(self, tool: str, arguments: dict) -> dict:
+        """The assistant calls `tool`; the real tool runs; its result is fed back; the grounded reply follows."""
+        self.dialogue.messages.append({"role": "assistant", "content": format_tool_call(tool, arguments)})
+        result = self.toolbox.call(tool, arguments)
+        self.dialogue.messages.append(tool_message(tool, result))
+        self.say(reply_to(tool, arguments, result, self.profile.name))
+        return result
+
+    def finish(self) -> Dialogue:
+        self.store.close()
+        return self.dialogue
+
+
+def sentence(*parts: str) -> str:
+    """Join clause parts into one utterance: capitalized, with a closing mark."""
+    text = " ".join(p.strip() for p in parts if p and p.strip())
+    text = text[0].upper() + text[1:]
+    return text if text[-1] in ".?!" else text + "."
