@@ -179,8 +179,10 @@ def main(argv=None) -> None:
         os.environ["TRITON_INTERPRET"] = "1"
         os.execv(sys.executable, [sys.executable, "-m", "kernels.bench", *sys.argv[1:]])
     dt = getattr(torch, args.dtype)
-    if dev.type == "cpu" and dt == torch.bfloat16:
-        dt = torch.float32  # the interpreter's bf16 tl.dot is wrong (see tests/test_kernels.py)
+    if dev.type == "cpu":
+        torch.set_num_threads(1)  # NOTE: 2 OpenMP threads on a shared 2-core box stalled compiled refs 12-16 ms
+        if dt == torch.bfloat16:
+            dt = torch.float32  # the interpreter's bf16 tl.dot is wrong (see tests/test_kernels.py)
     torch.manual_seed(0)
     print(f"# {_hardware(dev)}, torch {torch.__version__}, {dt}; medians; "
           f"torch copy baseline {copy_gbps(dev, args.reps):.0f} GB/s")
