@@ -92,6 +92,10 @@ class Engine:
     def generate_ids(self, prompt_ids: list[int], opts: DecodeOptions, on_block=None, cancel=None,
                      seed: int | None = None) -> Generation:
         """generate() on an already tokenized prompt."""
+        limit = self.model.args.max_sequence_length
+        if len(prompt_ids) + opts.max_new_tokens > limit:
+            raise ValueError(f"prompt of {len(prompt_ids)} tokens + max_new_tokens={opts.max_new_tokens} exceeds "
+                             f"the model's max_sequence_length={limit}")
         start = time.perf_counter()
         first_block_s = None
         stream = TextStream(self.tokenizer)

@@ -95,7 +95,8 @@ def model_args(family: str, config: dict, config_path: Path) -> ModelArgs:
                     rms_norm_eps=float(config.get("rms_norm_eps", 1e-5)),
                     max_sequence_length=min(config.get("max_sequence_length", 4096), MAX_ROPE_POSITIONS),
                     qkv_bias=bool(config.get("include_qkv_bias", False)),
-                    weight_tying=bool(config.get("weight_tying", False)))
+                    weight_tying=bool(config.get("weight_tying", False)),
+                    rope_full_precision=bool(config.get("rope_full_precision", False)))
     head_dim = config.get("head_dim")
     if head_dim is not None and head_dim * args["n_heads"] != args["d_model"]:
         raise CheckpointError(f"{config_path}: head_dim={head_dim} is not d_model / n_heads")
@@ -246,7 +247,7 @@ def save_parley(model: Transformer, tokenizer: Tokenizer, out_dir) -> Path:
         raise ValueError(f"the tokenizer lacks Parley's special tokens {', '.join(absent)}")
     fields = dataclasses.asdict(args)
     fields["include_qkv_bias"] = fields.pop("qkv_bias")
-    fields.pop("shift_logits")
+    fields.pop("shift_logits")  # rope_full_precision keeps LLaDA's name
     dtype = model.transformer.wte.weight.dtype
     config = {"model_type": "parley", "architectures": ["ParleyDiffusionLM"], **fields,
               "mask_token_id": token_ids[chat.MASK], "eos_token_id": token_ids[chat.END],

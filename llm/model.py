@@ -28,6 +28,7 @@ class ModelArgs:
     qkv_bias: bool = False           # Dream/Qwen2: bias on the q, k, v projections only
     weight_tying: bool = False       # output head shares the embedding matrix
     shift_logits: bool = False       # Dream: raw logit i predicts token i+1; forward() realigns it
+    rope_full_precision: bool = False  # LLaDA: rotate q, k in fp32 even when the model runs in bf16
 
     def __post_init__(self):
         if self.d_model % self.n_heads or self.n_heads % self.n_kv_heads:
@@ -101,7 +102,11 @@ class Block(nn.Module):
         q = self.q_proj(x).view(B, T, a.n_heads, a.head_dim).transpose(1, 2)  # (B, H, T, D)
         k = self.k_proj(x).view(B, T, a.n_kv_heads, a.head_dim).transpose(1, 2)  # (B, Hkv, T, D)
         v = self.v_proj(x).view(B, T, a.n_kv_heads, a.head_dim).transpose(1, 2)
-        q, k = kernels.rope(q, k, cos, sin)
+        if a.rope_full_precision and q.dtype != torch.float32:
+            q32, k32 = kernels.rope(q.float(), k.float(), cos.float(), sin.float())
+            q, k = q32.to(q.dtype), k32.to(k.dtype)
+        else:
+            q, k = kernels.rope(q, k, cos, sin)
         if cache_kv is not None:
             # write this chunk's keys at its absolute positions, then attend to the first kv_len cached ones
             cache_k, cache_v = cache_kv  # (B, Hkv, T_max, D)

@@ -289,3 +289,14 @@ def test_cached_chunk_equals_full_pass(tmp_path):
         dual = model.head(model.trunk(ids[:, 5:8], 5, cache, kv_len=ids.shape[1]))
     assert (full[:, 5:] - part).abs().max() <= 1e-5
     assert (full[:, 5:8] - dual).abs().max() <= 1e-5
+
+
+def test_llada_in_bfloat16_stays_close_to_the_fp32_reference(tmp_path):
+    tensors = write_llada(tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**config, "rope_full_precision": True}))
+    engine = llm.load(tmp_path, dtype=torch.bfloat16)
+    with torch.no_grad():
+        got = engine.model(IDS).float()
+    ref = ref_forward(tensors, IDS, "llada")
+    assert engine.dtype == torch.bfloat16 and (got - ref).abs().max() <= 0.05 * ref.abs().max()

@@ -84,6 +84,12 @@ def test_every_family_generates(tmp_path, writer, style):
     assert gen.passes <= 6 and gen.stopped in ("eos", "length")
 
 
+def test_prompt_longer_than_the_model_is_a_clear_error(parley_dir):
+    engine = llm.load(parley_dir)
+    with pytest.raises(ValueError, match="exceeds the model's max_sequence_length=512"):
+        engine.generate(CONVERSATION, max_new_tokens=500)
+
+
 def test_text_stream_holds_back_split_characters():
     vocab = {chr(i): i for i in range(ord("a"), ord("z") + 1)}
     byte_level = Tokenizer(models.BPE(vocab={**vocab, "Ã": 200, "©": 201, "Ġ": 202}, merges=[]))
