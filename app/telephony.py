@@ -55,6 +55,7 @@ CallEventHook = Callable[[CallInfo, dict], Awaitable[None]]
 class TelephonyStats:
     """Process-wide counters: streams accepted, connections refused and messages ignored, by reason."""
     calls: int = 0
+    warned_unsigned: bool = False         # the "no auth token" warning is logged once per process
     refused: Counter = field(default_factory=Counter)
     ignored: Counter = field(default_factory=Counter)
 
@@ -132,6 +133,9 @@ async def twilio_stream(websocket: WebSocket) -> None:
         if not twilio.signature_valid(settings.twilio_auth_token, websocket.headers.get(twilio.SIGNATURE_HEADER), url):
             await _deny(websocket, stats, 403, "signature", f"missing or wrong {twilio.SIGNATURE_HEADER}")
             return
+    elif not stats.warned_unsigned:
+        stats.warned_unsigned = True
+        log.warning("Twilio streams are not authenticated: set PARLEY_TWILIO_AUTH_TOKEN so only Twilio can call in")
     if state.services is None or not state.services.ready:
         await _deny(websocket, stats, 503, "not_ready", "models still loading; try again shortly")
         return

@@ -24,23 +24,27 @@ from app.server import create_app
 from app.services import Services
 from app.session import Session
 from app.settings import Settings
-from app.telephony import telephony_stats
+from app.telephony import set_call_event_hook, telephony_stats
 from speech.audio import SAMPLE_RATE_HZ, mulaw_to_pcm, pcm_to_mulaw, resample
 from tests.fakes import FakeEngine, FakeToolbox, last_user
 
 REPLY_HOURS = "We open at nine in the morning. On Saturdays we open at ten. On Sundays we stay closed all day long."
 REPLY_GO_AHEAD = "Of course, please go ahead."
 REPLY_GOODBYE = "Goodbye, and thank you for calling."
+REPLY_TRANSFER = "Of course, let me connect you with a person."
 END_CALL = '<tool_call>{"name": "end_call", "arguments": {}}</tool_call>'
+TRANSFER = '<tool_call>{"name": "transfer_to_human", "arguments": {}}</tool_call>'
 TOKEN = "test-auth-token"
 
 
 def script(messages: list[dict]) -> str:
     if messages[-1]["role"] == "tool":
-        return REPLY_GOODBYE
+        return REPLY_TRANSFER if "transfer_to_human" in messages[-1]["content"] else REPLY_GOODBYE
     heard = last_user(messages).lower()
     if "bye" in heard:
         return END_CALL
+    if "human" in heard:
+        return TRANSFER
     if "open" in heard:
         return REPLY_HOURS
     return REPLY_GO_AHEAD
@@ -107,7 +111,7 @@ def phone(speech):
     """A server with the real speech models and the scripted LLM; yields (host, app, engine)."""
     asr, tts = speech
     engine = FakeEngine(script, block_words=4)
-    services = Services(asr, tts, engine, FakeToolbox({"end_call": {"ok": True}}), system_prompt=None, ready=True)
+    services = Services(asr, tts, engine, FakeToolbox({"end_call": {"ok": True}, "transfer_to_human": {"ok": True}}), system_prompt=None, ready=True)
     app = create_app(Settings(max_sessions=2), services)
     with serve(app) as host:
         yield host, app, engine
@@ -140,9 +144,10 @@ class TwilioSimulator:
         self.ws = ws
         self.stream_sid = stream_sid
         self.messages: list[tuple[float, dict]] = []      # (perf_counter at arrival, message) from the server
-        self.heard: list[np.ndarray] = []                 # the agent's audio as played to the caller, 8 kHz
+        self.heard_at: list[tuple[float, np.ndarray]] = []   # (perf_counter, 20 ms) of the agent's audio as played
         self.echoed: list[tuple[float, str]] = []         # marks echoed after their audio played
         self.close_code: int | None = None
+        self.closed_at: float | None = None               # perf_counter when the server closed the stream
         self._speech = np.zeros(0, dtype=np.int16)        # what the caller is about to say, 8 kHz
         self._playout: deque = deque()                    # ("audio", samples) and ("mark", name), in order
         self._lock = asyncio.Lock()
@@ -150,11 +155,16 @@ class TwilioSimulator:
         self._tasks: list[asyncio.Task] = []
 
     async def send(self, message: dict | str) -> None:
+        if self.closed_at is not None:
+            return   # the server hung up: Twilio stops sending too
         async with self._lock:
             self._sequence += 1
             if isinstance(message, dict):
                 message = json.dumps({**message, "sequenceNumber": str(self._sequence)})
-            await self.ws.send(message)
+            try:
+                await self.ws.send(message)
+            except ConnectionClosed:
+                pass
 
     async def start(self) -> None:
         await self.send({"event": "connected", "protocol": "Call", "version": "1.0.0"})
@@ -172,6 +182,10 @@ class TwilioSimulator:
         await asyncio.wait_for(self._tasks[1], 10)  # the receiver ends when the server closes
         for task in self._tasks:
             task.cancel()
+
+    @property
+    def heard(self) -> list[np.ndarray]:
+        return [chunk for _, chunk in self.heard_at]
 
     def events(self, name: str) -> list[tuple[float, dict]]:
         return [(t, m) for t, m in self.messages if m.get("event") == name]
@@ -206,6 +220,7 @@ class TwilioSimulator:
                         await self._echo(name, played=False)
         except ConnectionClosed:
             pass
+        self.closed_at = time.perf_counter()
         self.close_code = self.ws.close_code
 
     async def _speaker(self) -> None:
@@ -214,7 +229,7 @@ class TwilioSimulator:
             while self._playout and self._playout[0][0] == "mark":
                 await self._echo(self._playout.popleft()[1], played=True)
             if self._playout:
-                self.heard.append(self._playout.popleft()[1])
+                self.heard_at.append((time.perf_counter(), self._playout.popleft()[1]))
             n += 1
             await asyncio.sleep(max(0.0, t0 + n * 0.02 - time.perf_counter()))
 
@@ -301,37 +316,44 @@ def test_call_answers_marks_what_was_heard_and_clears_on_barge_in(phone, speech,
     assert not app.state.calls
 
 
-def test_end_call_hangs_up_once_the_goodbye_was_heard(phone, speech):
+def test_transfer_reaches_the_integrator_and_end_call_hangs_up_once_the_goodbye_was_heard(phone, speech):
     host, app, engine = phone
     _, tts = speech
     events: list[dict] = []
+    times: list[float] = []     # perf_counter of each event
 
     async def hook(info, event):
         assert info.call_sid == "CAsim" and info.custom_parameters == {"caller": "test"}
         events.append(event)
+        times.append(time.perf_counter())
 
-    app.state.telephony_event_hook = hook
+    set_call_event_hook(app, hook)
 
-    async def call() -> tuple[TwilioSimulator, float]:
+    async def call() -> TwilioSimulator:
         async with connect(f"ws://{host}/telephony/twilio") as ws:
             sim = TwilioSimulator(ws)
             await sim.start()
-            sim.say(speak_8k(tts, "Thanks, that is all. Goodbye."))
+            sim.say(speak_8k(tts, "Can I talk to a human, please?"))
+            await wait_until(lambda: {"type": "control", "action": "transfer_to_human"} in events, 40, "the transfer")
+            assert sim.close_code is None          # a transfer is the integrator's move: the call stays up
+            sim.say(speak_8k(tts, "Never mind. Thanks, that is all. Goodbye."))
             await wait_until(lambda: sim.close_code is not None, 40, "the agent to hang up")
-            return sim, time.perf_counter()
+            return sim
 
     try:
-        sim, _ = asyncio.run(call())
+        sim = asyncio.run(call())
     finally:
-        app.state.telephony_event_hook = None
+        set_call_event_hook(app, None)
     assert sim.close_code == 1000
     sent = [m["mark"]["name"] for _, m in sim.events("mark")]
-    assert sent and [name for _, name in sim.echoed] == sent      # every chunk of the goodbye was played ...
-    assert sim.echoed[-1][0] <= sim.messages[-1][0] + 1.0         # ... and the hang-up followed it
-    assert voiced_seconds(sim.heard) > 0.8
+    assert sent and [name for _, name in sim.echoed] == sent     # every reply chunk was played ...
+    assert 0 <= sim.closed_at - sim.echoed[-1][0] < 1.0          # ... and the hang-up followed the goodbye's mark
+    t_transfer = times[events.index({"type": "control", "action": "transfer_to_human"})]
+    goodbye = [chunk for t, chunk in sim.heard_at if t > t_transfer]
+    assert voiced_seconds(goodbye) > 0.8
     kinds = [e["type"] for e in events]
-    assert {"type": "control", "action": "end_call"} in events
-    assert kinds.index("tool") < kinds.index("control") and kinds[0] == "call" and kinds[-1] == "call"
+    assert kinds[0] == "call" and kinds[-1] == "call" and kinds.count("control") == 2
+    assert [e["name"] for e in events if e["type"] == "tool"] == ["transfer_to_human", "end_call"]
     assert not app.state.calls
 
 
@@ -396,6 +418,25 @@ def test_message_over_64_kib_closes_the_socket_with_a_reason(phone):
     huge = json.dumps({"event": "media", "streamSid": "MZbad", "media": {"payload": "A" * (64 * 1024)}})
     code, reason = run_messages(host, [start_message(), silence_message(), huge, silence_message()])
     assert code == 1009 and "65536" in reason
+    assert not app.state.calls
+
+
+def test_a_call_over_max_sessions_is_refused_with_503(phone):
+    host, app, _ = phone
+
+    async def go():
+        async with connect(f"ws://{host}/telephony/twilio") as first, connect(f"ws://{host}/telephony/twilio") as second:
+            await wait_until(lambda: len(app.state.calls) == 2, 5, "two live calls")
+            with pytest.raises(InvalidStatus) as refused:
+                async with connect(f"ws://{host}/telephony/twilio"):
+                    pass
+            for ws in (first, second):
+                await ws.send(STOP)
+                await asyncio.wait_for(ws.wait_closed(), 10)
+            return refused.value.response
+
+    response = asyncio.run(go())
+    assert response.status_code == 503 and b"busy" in response.body
     assert not app.state.calls
 
 
