@@ -26,11 +26,11 @@ def confidence_argmax_ref(logits: torch.Tensor, mask_id: int | None = None):
 
 
 @jit
-def _merge(run_max, run_sum, run_arg, N_VOCAB_BOUND: tl.constexpr):
+def _merge(run_max, run_sum, run_arg, NO_COLUMN: tl.constexpr):
     """Merge partial (max, sum of exp(x - max), argmax) along axis 0 into scalars; ties go to the lower column."""
     top = tl.max(run_max, axis=0)
     total = tl.sum(run_sum * tl.exp(run_max - top), axis=0)
-    arg = tl.min(tl.where(run_max == top, run_arg, N_VOCAB_BOUND), axis=0)
+    arg = tl.min(tl.where(run_max == top, run_arg, NO_COLUMN), axis=0)
     return top, total, arg
 
 
@@ -44,7 +44,7 @@ def _confidence_argmax_kernel(logits_ptr, row_stride, n_vocab, mask_id, chunk,
     # -FLT_MAX, not -inf, so that exp(-inf - run_max) is 0 rather than nan for -inf or masked logits
     run_max = tl.full((BLOCK_V,), -3.4028234663852886e38, tl.float32)
     run_sum = tl.zeros((BLOCK_V,), tl.float32)
-    run_arg = tl.zeros((BLOCK_V,), tl.int32) + n_vocab
+    run_arg = tl.zeros((BLOCK_V,), tl.int32)  # a row of only -inf ends with column 0
     start = split * chunk
     stop = tl.minimum(start + chunk, n_vocab)
     for col0 in range(start, stop, BLOCK_V):
@@ -66,7 +66,7 @@ def _confidence_argmax_kernel(logits_ptr, row_stride, n_vocab, mask_id, chunk,
         tl.store(part_arg_ptr + part, arg)
     else:
         tl.store(token_ptr + row, arg.to(tl.int64))
-        tl.store(conf_ptr + row, 1.0 / total)
+        tl.store(conf_ptr + row, 1.0 / tl.where(total > 0.0, total, float("inf")))  # no finite logit: 0
 
 
 @jit
@@ -80,7 +80,7 @@ def _confidence_argmax_combine_kernel(part_max_ptr, part_sum_ptr, part_arg_ptr, 
     part_arg = tl.load(part_arg_ptr + row * num_splits + s, mask=in_row, other=2147483647)
     top, total, arg = _merge(part_max, part_sum, part_arg, 2147483647)
     tl.store(token_ptr + row, arg.to(tl.int64))
-    tl.store(conf_ptr + row, 1.0 / total)
+    tl.store(conf_ptr + row, 1.0 / tl.where(total > 0.0, total, float("inf")))  # no finite logit: 0
 
 
 def _num_splits(n_rows: int, n_vocab: int, device: torch.device) -> int:
@@ -94,6 +94,7 @@ def _num_splits(n_rows: int, n_vocab: int, device: torch.device) -> int:
 def confidence_argmax(logits: torch.Tensor, mask_id: int | None = None, num_splits: int | None = None):
     """logits (N, V) -> (token (N,) int64, confidence (N,) float32); mask_id is never chosen.
 
+    A row with no finite logit gives token 0 and confidence 0 (the reference gives nan).
     num_splits: vocabulary splits per row (default: enough programs to fill the GPU)."""
     if logits.dim() != 2:
         raise ValueError(f"logits must be (N, V), got shape {tuple(logits.shape)}")

@@ -13,6 +13,7 @@ import torch, triton
 assert torch.cuda.is_available(), f"torch {torch.__version__} sees no CUDA GPU"
 print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}")
 PY
-"$PYTHON" -m pytest -q -p no:cacheprovider tests/test_kernels_cuda.py tests/test_kernels.py tests/test_kernels_dispatch.py
+"$PYTHON" -m pytest -q -p no:cacheprovider \
+    tests/test_kernels_cuda.py tests/test_kernels.py tests/test_kernels_dispatch.py
 date -u +"%Y-%m-%d %H:%M UTC"
 "$PYTHON" -m kernels.bench "$@"

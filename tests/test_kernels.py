@@ -165,13 +165,15 @@ def test_confidence_argmax_matches_reference(rows, vocab, splits, mask_id, dtype
 
 
 def test_confidence_argmax_ties_and_infinities():
-    logits = torch.full((3, 5000), float("-inf"))
+    logits = torch.full((4, 5000), float("-inf"))
     logits[0, [10, 2500, 4999]] = 1.0  # a three-way tie across lanes and splits: the lowest column wins
     logits[1, 4321] = -1e30
     logits[2, :] = 0.0
-    token, conf = confidence_argmax(logits, num_splits=2)
-    assert token.tolist() == [10, 4321, 0]
-    torch.testing.assert_close(conf, torch.tensor([1 / 3, 1.0, 1 / 5000]))
+    logits[3, 7] = 5.0  # only the mask token is finite: nothing can be chosen
+    for splits in (1, 2):
+        token, conf = confidence_argmax(logits, mask_id=7, num_splits=splits)
+        assert token.tolist() == [10, 4321, 0, 0]
+        torch.testing.assert_close(conf, torch.tensor([1 / 3, 1.0, 1 / 4999, 0.0]))
 
 
 def test_bad_input_raises_value_error():
