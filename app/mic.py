@@ -182,7 +182,8 @@ class MicCall:
                                dtype="int16", device=(plan.input_index, plan.output_index), callback=self._on_block)
         except sd.PortAudioError as exc:
             await self.session.close()
-            raise MicError(f"cannot open {plan.input_name!r} / {plan.output_name!r} at {plan.rate_hz} Hz: {exc}") from None
+            raise MicError(f"cannot open {plan.input_name!r} / {plan.output_name!r} "
+                           f"at {plan.rate_hz} Hz: {exc}") from None
         try:
             with stream:
                 latency_s = sum(stream.latency)   # (input, output): the echo arrives this much later

@@ -87,7 +87,8 @@ async def twilio_voice(request: Request) -> Response:
         return _refuse(request.app, 400, "body is not UTF-8 form data")
     if settings.twilio_auth_token:
         url = _signed_url(request, settings.public_host, "https")
-        if not twilio.signature_valid(settings.twilio_auth_token, request.headers.get(twilio.SIGNATURE_HEADER), url, params):
+        signature = request.headers.get(twilio.SIGNATURE_HEADER)
+        if not twilio.signature_valid(settings.twilio_auth_token, signature, url, params):
             return _refuse(request.app, 403, f"missing or wrong {twilio.SIGNATURE_HEADER}")
     host = settings.public_host or request.headers.get("host")
     if not host:

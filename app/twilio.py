@@ -139,6 +139,7 @@ def _url_variants(url: str) -> list[str]:
 def connect_stream_twiml(stream_url: str, parameters: dict[str, str] | None = None) -> str:
     """TwiML that connects the call to a bidirectional Media Stream; the call ends when the stream does."""
     inner = "".join(f"<Parameter name={quoteattr(k)} value={quoteattr(v)}/>" for k, v in (parameters or {}).items())
-    stream = f"<Stream url={quoteattr(stream_url)}>{inner}</Stream>" if inner else f"<Stream url={quoteattr(stream_url)}/>"
+    url = quoteattr(stream_url)
+    stream = f"<Stream url={url}>{inner}</Stream>" if inner else f"<Stream url={url}/>"
     return f'<?xml version="1.0" encoding="UTF-8"?><Response><Connect>{stream}</Connect></Response>'
 

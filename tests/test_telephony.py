@@ -111,7 +111,8 @@ def phone(speech):
     """A server with the real speech models and the scripted LLM; yields (host, app, engine)."""
     asr, tts = speech
     engine = FakeEngine(script, block_words=4)
-    services = Services(asr, tts, engine, FakeToolbox({"end_call": {"ok": True}, "transfer_to_human": {"ok": True}}), system_prompt=None, ready=True)
+    toolbox = FakeToolbox({"end_call": {"ok": True}, "transfer_to_human": {"ok": True}})
+    services = Services(asr, tts, engine, toolbox, system_prompt=None, ready=True)
     app = create_app(Settings(max_sessions=2), services)
     with serve(app) as host:
         yield host, app, engine
@@ -260,7 +261,8 @@ def voiced_seconds(chunks: list[np.ndarray]) -> float:
 def test_call_answers_marks_what_was_heard_and_clears_on_barge_in(phone, speech, monkeypatch):
     host, app, engine = phone
     asr, tts = speech
-    question, interruption = speak_8k(tts, "What time do you open tomorrow?"), speak_8k(tts, "Sorry, one more question.")
+    question = speak_8k(tts, "What time do you open tomorrow?")
+    interruption = speak_8k(tts, "Sorry, one more question.")
     speech_starts: list[float] = []   # perf_counter when the server's turn detector declared speech_start
     original = Session._on_speech_start
 
@@ -425,7 +427,8 @@ def test_a_call_over_max_sessions_is_refused_with_503(phone):
     host, app, _ = phone
 
     async def go():
-        async with connect(f"ws://{host}/telephony/twilio") as first, connect(f"ws://{host}/telephony/twilio") as second:
+        url = f"ws://{host}/telephony/twilio"
+        async with connect(url) as first, connect(url) as second:
             await wait_until(lambda: len(app.state.calls) == 2, 5, "two live calls")
             with pytest.raises(InvalidStatus) as refused:
                 async with connect(f"ws://{host}/telephony/twilio"):

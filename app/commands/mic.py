@@ -11,7 +11,8 @@ def register(subparsers) -> None:
         description="Talk to Parley on the default sound devices. Through speakers the agent would hear itself, so "
                     "by default you cannot interrupt it while it speaks; with headphones pass --headset to allow it. "
                     "Needs the PortAudio library (Debian/Ubuntu: apt-get install libportaudio2).")
-    p.add_argument("--input-device", metavar="DEV", help="microphone: a device index or part of its name (see --list-devices)")
+    p.add_argument("--input-device", metavar="DEV",
+                   help="microphone: a device index or part of its name (see --list-devices)")
     p.add_argument("--output-device", metavar="DEV", help="speakers: a device index or part of its name")
     p.add_argument("--list-devices", action="store_true", help="print the sound devices and exit")
     p.add_argument("--headset", action="store_true",
