@@ -116,7 +116,7 @@ async def _read_body(request: Request, limit: int) -> bytes | None:
 
 
 def _refuse(app: FastAPI, status: int, reason: str) -> PlainTextResponse:
-    telephony_stats(app).refused[str(status)] += 1
+    telephony_stats(app).refused[f"voice_{status}"] += 1
     log.info("twilio webhook refused (%d): %s", status, reason)
     return PlainTextResponse(reason, status_code=status)
 

@@ -310,7 +310,11 @@ def test_call_answers_marks_what_was_heard_and_clears_on_barge_in(phone, speech,
     assert t_clear - t_start < 0.100, f"clear came {1000 * (t_clear - t_start):.0f} ms after speech_start"
     # only what the caller heard (chunks whose marks came back before the clear) stays in the history
     kept = [m["content"] for m in engine.calls[1] if m["role"] == "assistant"][-1]
-    assert kept and REPLY_HOURS.startswith(kept) and kept != REPLY_HOURS, kept
+    played = len([name for t, name in sim.echoed if t < t_clear])   # one chunk per sentence of REPLY_HOURS
+    sentences = [s if s.endswith(".") else s + "." for s in REPLY_HOURS.split(". ")]
+    # (a mark echoed in the same millisecond as the server's barge-in may miss it: then one chunk less)
+    heard = {" ".join(sentences[:played]), " ".join(sentences[:played - 1])}
+    assert played < len(sentences) and kept in heard, (kept, played)
     # the junk was counted, the call ended cleanly, nothing leaked
     ignored = {k: v - ignored_before.get(k, 0) for k, v in telephony_stats(app).ignored.items()}
     assert ignored.get("non_json") == 1 and ignored.get("unknown_event") == 1 and ignored.get("bad_payload") == 1
