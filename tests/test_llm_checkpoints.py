@@ -26,6 +26,15 @@ DREAM_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|beginoftext|
 DIM, LAYERS, HEADS, KV_HEADS, HIDDEN, VOCAB = 32, 2, 4, 2, 64, 320
 
 
+@pytest.fixture(autouse=True)
+def single_thread():
+    """Toy models run fastest on one thread; two threads on a busy 2-core machine run ~5x slower."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 def train_bpe(specials: list[str], vocab_size: int = 300) -> Tokenizer:
     """A byte-level BPE trained on a few sentences, specials first."""
     tokenizer = Tokenizer(models.BPE())

@@ -5,6 +5,7 @@ import pytest
 
 from app.cli import main
 from tests.test_llm_checkpoints import write_parley
+from tests.test_llm_checkpoints import single_thread  # noqa: F401 (autouse)
 
 
 @pytest.fixture(scope="module")

@@ -11,6 +11,7 @@ from llm import chat
 from llm.engine import TextStream
 from llm.tokenizer import CheckpointError
 from tests.test_llm_checkpoints import write_dream, write_llada, write_parley
+from tests.test_llm_checkpoints import single_thread  # noqa: F401 (autouse)
 
 CONVERSATION = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "When do you open?"},
                 {"role": "assistant", "content": "At nine."}, {"role": "tool", "content": '{"open": "9:00"}'},

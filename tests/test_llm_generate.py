@@ -9,6 +9,7 @@ import llm
 from llm.generate import (DecodeOptions, ModelDenoiser, SpecialIds, commit_count, commit_threshold,
                           denoise_reply, score, step_schedule)
 from tests.test_llm_checkpoints import write_dream, write_parley
+from tests.test_llm_checkpoints import single_thread  # noqa: F401 (autouse)
 
 V, MASK, EOS = 50, 49, 48
 SPECIAL = SpecialIds(mask=MASK, stop=(EOS,))
