@@ -123,8 +123,12 @@ def heldout_loss(model, batches: list, mask_id: int, seed: int) -> float:
 
 
 def train(args: ModelArgs, train_set: list[Example], heldout_set: list[Example], mask_id: int, pad_id: int,
-          opts: TrainOptions = TrainOptions(), log: Callable[[str], None] = print) -> tuple[Transformer, dict]:
-    """Train a new model on train_set; returns it and a summary (losses, seconds). Same inputs, same weights."""
+          opts: TrainOptions = TrainOptions(), log: Callable[[str], None] = print,
+          on_eval: Callable[[Transformer, int], None] | None = None) -> tuple[Transformer, dict]:
+    """Train a new model on train_set; returns it and a summary (losses, seconds). Same inputs, same weights.
+
+    on_eval(model, step) runs after each held-out evaluation (e.g. to save a checkpoint of the run so far).
+    """
     torch.set_num_threads(opts.threads)
     torch.manual_seed(opts.seed)
     generator = torch.Generator().manual_seed(opts.seed)
@@ -160,6 +164,8 @@ def train(args: ModelArgs, train_set: list[Example], heldout_set: list[Example],
             summary["train_loss"].append((step + 1, running))
             log(f"step {step + 1}: train loss {running:.4f}, held-out loss {held:.4f}, "
                 f"{time.perf_counter() - start:.0f} s")
+            if on_eval is not None:
+                on_eval(model, step + 1)
     summary["seconds"] = time.perf_counter() - start
     model.eval()
     return model, summary

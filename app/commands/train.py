@@ -78,7 +78,8 @@ def run_training(profile, out_dir: Path, size: str, data: DataOptions, opts) -> 
     args = ModelArgs(**SIZES[size], vocab_size=tokenizer.get_vocab_size(), max_sequence_length=1024)
     assert longest <= args.max_sequence_length
     model, summary = train(args, train_set, heldout_set, mask_id=tokenizer.token_to_id(chat.MASK),
-                           pad_id=tokenizer.token_to_id(chat.PAD), opts=opts, log=tqdm.write)
+                           pad_id=tokenizer.token_to_id(chat.PAD), opts=opts, log=tqdm.write,
+                           on_eval=lambda m, step: save_parley(m, tokenizer, out_dir))  # a usable model at every eval
     save_parley(model, tokenizer, out_dir)
     summary.update(profile=profile.name, size=size, data=asdict(data), train=asdict(opts),
                    parameters=sum(p.numel() for p in model.parameters()), train_examples=len(train_set))

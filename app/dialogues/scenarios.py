@@ -139,8 +139,9 @@ def small_talk(s: Script, intent: str) -> None:
         lines = phrases.chatterbot_lines(OUT_OF_SCOPE_CATEGORIES, s.split)
         pool = _sentence_case(s.rng.choice(lines))
     elif intent in ("greeting", "how_are_you") and s.rng.random() < 0.3:
-        lines = [x for x in phrases.chatterbot_lines(("greetings",), s.split) if ("how" in x.lower()) ==
-                 (intent == "how_are_you")]
+        ours = {x.lower() for x in T.GREETING + T.HOW_ARE_YOU}  # their own split decides these
+        lines = [x for x in phrases.chatterbot_lines(("greetings",), s.split)
+                 if ("how" in x.lower()) == (intent == "how_are_you") and x.lower() not in ours]
         pool = s.rng.choice(lines) if lines else pool
     s.user(pool, intent)
     s.say(SMALL_TALK[intent].format(business=s.profile.name))

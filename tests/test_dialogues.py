@@ -1,0 +1,123 @@
+"""The training-data generator: deterministic, grounded in real tool results, held-out split disjoint."""
+import json
+import re
+
+import pytest
+
+from app.agent import TOOL_CALL_OPEN
+from app.dialogues import cases, examples, generate, phrases
+from app.dialogues.replies import facts
+from app.profile import load_profile
+from app.tools import parse_time
+
+
+@pytest.fixture(scope="module")
+def profile():
+    return load_profile(None)
+
+
+@pytest.fixture(scope="module")
+def train(profile):
+    return generate(profile, "train", 400, seed=1)
+
+
+@pytest.fixture(scope="module")
+def heldout(profile):
+    return generate(profile, "heldout", 150, seed=1)
+
+
+def test_same_seed_same_dialogues(profile, train):
+    again = generate(profile, "train", 400, seed=1)
+    assert [d.messages for d in again] == [d.messages for d in train]
+    assert [d.messages for d in generate(profile, "train", 20, seed=2)] != [d.messages for d in train[:20]]
+
+
+def _user_texts(dialogues):
+    return {m["content"] for d in dialogues for m in d.messages if m["role"] == "user"}
+
+
+def _call_args(dialogues, key):
+    values = set()
+    for d in dialogues:
+        for m in d.messages:
+            if m["role"] == "assistant" and m["content"].startswith(TOOL_CALL_OPEN):
+                args = json.loads(m["content"][len(TOOL_CALL_OPEN):-len("</tool_call>")])["arguments"]
+                if key in args:
+                    values.add(args[key].split()[0])
+    return values
+
+
+def test_heldout_phrasings_and_names_are_unseen_in_training(train, heldout):
+    heldout_texts = _user_texts(heldout) - {"Goodbye.", "Bye."}
+    overlap = heldout_texts & _user_texts(train)
+    # only bare one-word answers ("Tomorrow.") may coincide
+    assert all(len(t.split()) <= 2 for t in overlap), sorted(overlap)[:10]
+    heldout_names, train_names = _call_args(heldout, "name"), _call_args(train, "name")
+    assert heldout_names and not heldout_names & train_names
+    assert set(phrases.split_items(phrases.FIRST_NAMES, "heldout")).isdisjoint(
+        phrases.split_items(phrases.FIRST_NAMES, "train"))
+
+
+def test_every_tool_call_is_followed_by_its_real_result_and_a_grounded_reply(train):
+    n_calls = 0
+    for d in train:
+        for i, m in enumerate(d.messages):
+            if m["role"] == "assistant" and m["content"].startswith(TOOL_CALL_OPEN):
+                tool = d.messages[i + 1]
+                assert tool["role"] == "tool"
+                result = json.loads(tool["content"])["result"]
+                reply = d.messages[i + 2]["content"]
+                assert all(f.lower() in reply.lower() for f in facts(json.loads(tool["content"])["name"], result))
+                if not result["ok"]:
+                    assert reply.startswith("I'm sorry")  # a refusal is explained, never confirmed
+                n_calls += 1
+    assert n_calls > 300
+
+
+def test_refusals_of_every_kind_occur(train):
+    errors = " ".join(json.loads(m["content"])["result"].get("error", "")
+                      for d in train for m in d.messages if m["role"] == "tool")
+    for reason in ("is already taken", "we're open", "closed on", "don't offer", "has already passed"):
+        assert reason in errors
+
+
+def test_times_in_calls_are_24_hour_and_match_what_was_said(train):
+    for d in train:
+        for m in d.messages:
+            if m["role"] == "assistant" and m["content"].startswith(TOOL_CALL_OPEN):
+                args = json.loads(m["content"][len(TOOL_CALL_OPEN):-len("</tool_call>")])["arguments"]
+                if "time" in args:
+                    assert re.fullmatch(r"\d\d:\d\d", args["time"])
+
+
+def test_whisper_style_time_forms_normalize():
+    forms = phrases.time_forms(15, 30, ampm_implied=True)
+    for said in ("3:30 p.m.", "half past three", "three thirty", "3:30 in the afternoon"):
+        assert said in forms
+    assert "noon" in phrases.time_forms(12, 0, ampm_implied=True)
+    assert "10am" in phrases.time_forms(10, 0, ampm_implied=True)
+    assert parse_time("15:30").hour == 15
+
+
+def test_examples_and_cases_are_rendered_from_the_agent_messages(profile, heldout):
+    pairs = examples(heldout[:30], profile)
+    assert pairs and all(p[0][0] == {"role": "system", "content": "You answer calls for Maple Street Hair Studio."}
+                         for p in pairs)
+    assert all(p[0][-1]["role"] in ("user", "tool") for p in pairs)
+    held_cases = cases(heldout[:30])
+    assert sum(len(d.intents) for d in heldout[:30]) == len(held_cases)
+    booked = [c for c in held_cases if c.calls and c.calls[0][0] == "book_appointment"]
+    assert booked and all(set(c.calls[0][1]) == {"name", "day", "time", "service"} for c in booked)
+
+
+def test_evaluation_scores_a_perfect_and_a_wrong_agent(profile):
+    from app.evaluate import evaluate
+    from tests.fakes import FakeEngine
+
+    held = generate(profile, "heldout", 12, seed=5)
+    reference = {json.dumps(m): target for m, target in examples(held, profile)}
+    perfect = evaluate(FakeEngine(lambda messages: reference[json.dumps(messages)]), profile, 12, seed=5).summary()
+    assert perfect["tool_call_exact_match"] == 1.0 and perfect["grounded_replies"] == 1.0
+    assert perfect["no_call_accuracy"] == 1.0 and perfect["tool_call_turns"] > 5
+    never_calls = evaluate(FakeEngine(lambda messages: "Sure."), profile, 12, seed=5).summary()
+    assert never_calls["tool_call_exact_match"] == 0.0 and never_calls["no_call_accuracy"] == 1.0

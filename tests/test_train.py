@@ -1,0 +1,71 @@
+"""Masked-diffusion training on a tiny configuration: the loss falls, a seed fixes the result, the pipeline saves."""
+import torch
+
+from app.commands.train import DataOptions, SIZES, build_data, run_training
+from app.profile import load_profile
+from llm import chat
+from llm.model import ModelArgs
+from llm.train import Example, TrainOptions, collate, masked_diffusion_loss, train, train_tokenizer
+
+TINY = ModelArgs(**SIZES["tiny"], vocab_size=64, max_sequence_length=64)
+
+
+def toy_examples(n: int, seed: int) -> list[Example]:
+    """Prompt: 6 random tokens; response: the same tokens reversed, then <|end|> (id 2) padding."""
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for _ in range(n):
+        prompt = torch.randint(8, 64, (6,), generator=g).tolist()
+        out.append(Example(prompt, prompt[::-1] + [2] * 4))
+    return out
+
+
+def test_loss_masks_only_the_response_and_weights_by_one_over_t():
+    torch.manual_seed(0)
+    from llm.model import Transformer
+    model = Transformer(TINY)
+    ids, is_response, attend = collate(toy_examples(4, 0), pad_id=0)
+    assert is_response[:, :6].sum() == 0 and is_response[:, 6:].all()
+    ratio = torch.full((4,), 1.0)
+    full = masked_diffusion_loss(model, ids, is_response, attend, mask_id=1, ratio=ratio)
+    logits = model(torch.where(is_response, torch.ones_like(ids), ids), key_padding_mask=attend)
+    expected = torch.nn.functional.cross_entropy(logits[is_response], ids[is_response])  # t = 1: plain mean CE
+    assert torch.allclose(full, expected, atol=1e-5)
+
+
+def test_a_few_steps_reduce_the_heldout_loss_and_are_deterministic():
+    opts = TrainOptions(steps=60, batch_size=16, lr=1e-2, warmup_steps=5, eval_every=30, eval_batches=2, seed=3)
+    train_set, heldout_set = toy_examples(256, 0), toy_examples(32, 1)
+    model, summary = train(TINY, train_set, heldout_set, mask_id=1, pad_id=0, opts=opts, log=lambda _: None)
+    (_, first), (_, last) = summary["heldout_loss"][0], summary["heldout_loss"][-1]
+    assert len(summary["heldout_loss"]) == 2
+    again, summary_again = train(TINY, train_set, heldout_set, mask_id=1, pad_id=0, opts=opts, log=lambda _: None)
+    assert summary_again["heldout_loss"] == summary["heldout_loss"]
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), again.state_dict().values()))
+    untrained = TrainOptions(steps=1, batch_size=16, lr=1e-9, warmup_steps=1, eval_batches=2, seed=3)
+    _, base = train(TINY, train_set, heldout_set, mask_id=1, pad_id=0, opts=untrained, log=lambda _: None)
+    assert last < 0.9 * base["heldout_loss"][-1][1], (base["heldout_loss"], summary["heldout_loss"])
+
+
+def test_tokenizer_keeps_special_tokens_whole():
+    tok = train_tokenizer(["<|user|>Hi there, book a haircut at 15:30<|end|>"] * 20, 300,
+                          list(chat.PARLEY_SPECIAL_TOKENS))
+    assert [tok.token_to_id(t) for t in chat.PARLEY_SPECIAL_TOKENS] == list(range(len(chat.PARLEY_SPECIAL_TOKENS)))
+    ids = tok.encode("<|assistant|>Maria Quentin<|end|>", add_special_tokens=False).ids
+    assert ids[0] == tok.token_to_id("<|assistant|>") and ids[-1] == tok.token_to_id("<|end|>")
+    assert tok.decode(ids, skip_special_tokens=True) == "Maria Quentin"  # unseen names still encode (byte level)
+
+
+def test_front_desk_pipeline_writes_a_loadable_checkpoint(tmp_path):
+    import llm
+
+    data = DataOptions(train_dialogues=60, heldout_dialogues=10, vocab_size=400)
+    opts = TrainOptions(steps=3, batch_size=4, eval_every=3, eval_batches=1)
+    summary = run_training(load_profile(None), tmp_path, "tiny", data, opts)
+    assert {"config.json", "model.safetensors", "tokenizer.json", "training.json"} <= {p.name for p in tmp_path.iterdir()}
+    engine = llm.load(tmp_path, device="cpu")
+    gen = engine.generate([{"role": "user", "content": "Hello."}], max_new_tokens=8, block_length=8)
+    assert gen.passes >= 1 and summary["train_examples"] > 60
+    tokenizer, train_set, _ = build_data(load_profile(None), data, seed=0)
+    end = tokenizer.token_to_id(chat.END)
+    assert all(e.response[-1] == end and len(e.response) <= data.response_len for e in train_set)
