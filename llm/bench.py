@@ -13,6 +13,7 @@ from llm.engine import Engine
 from llm.generate import DecodeOptions, autoregressive_reply
 
 BASELINE = "autoregressive (causal, KV cache)"
+CACHE_NAMES = {"prefix": "prefix cache", "dual": "dual cache", "none": "no cache"}
 
 
 @dataclass(frozen=True)
@@ -29,11 +30,10 @@ def methods(opts: BenchOptions) -> list[tuple[str, DecodeOptions | None]]:
     """(row name, diffusion options) for each method; None is the autoregressive baseline."""
     common = dict(max_new_tokens=opts.max_new_tokens, block_length=opts.block_length, stop_at_eos=opts.stop_at_eos)
     rows: list[tuple[str, DecodeOptions | None]] = [(BASELINE, None)]
-    for cache in ("prefix", "dual", "none"):
-        rows.append((f"threshold {opts.threshold}, {cache} cache",
-                     DecodeOptions(threshold=opts.threshold, cache=cache, **common)))
-    for cache in ("prefix", "none"):
-        rows.append((f"steps {opts.steps}/block, {cache} cache", DecodeOptions(steps=opts.steps, cache=cache, **common)))
+    for cache, name in CACHE_NAMES.items():
+        rows.append((f"threshold {opts.threshold}, {name}", DecodeOptions(threshold=opts.threshold, cache=cache, **common)))
+    for cache, name in CACHE_NAMES.items():
+        rows.append((f"steps {opts.steps}/block, {name}", DecodeOptions(steps=opts.steps, cache=cache, **common)))
     return rows
 
 

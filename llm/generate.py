@@ -91,7 +91,7 @@ def score(logits: torch.Tensor, mask_id: int, temperature: float = 0.0, generato
     """logits (L, V) -> (token (L,), confidence (L,) fp32): the choice and its softmax probability."""
     if temperature <= 0:
         return kernels.confidence_argmax(logits, mask_id)
-    logits = logits.float()
+    logits = logits.float().clone()  # (L, V); the caller's logits stay as they were
     logits[:, mask_id] = float("-inf")
     probs = torch.softmax(logits, dim=-1)
     uniform = torch.rand(logits.shape, device=logits.device, generator=generator).clamp_(min=1e-20)

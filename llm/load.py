@@ -206,16 +206,23 @@ def load_weights(model: Transformer, family: str, path: Path, device, dtype) -> 
     return state
 
 
-def _default_dtype(config: dict) -> torch.dtype:
-    name = config.get("torch_dtype") or config.get("dtype") or "float32"
-    dtype = getattr(torch, str(name), None)
-    return dtype if isinstance(dtype, torch.dtype) else torch.float32
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def _dtype(dtype, config: dict) -> torch.dtype:
+    """The dtype asked for (a torch.dtype or its name), else the checkpoint's torch_dtype, else float32."""
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    name = dtype or config.get("torch_dtype") or config.get("dtype") or "float32"
+    if name not in DTYPES:
+        raise ValueError(f"dtype {name!r}: choose one of {', '.join(DTYPES)}")
+    return DTYPES[name]
 
 
 def load(path, device=None, dtype=None) -> Engine:
     """An Engine for the checkpoint directory at path (parley, llada or dream), on device in dtype.
 
-    device defaults to cuda when available, else cpu; dtype to the checkpoint's torch_dtype.
+    device defaults to cuda when available, else cpu; dtype (torch.dtype or name) to the checkpoint's torch_dtype.
     """
     path = Path(path)
     if not path.is_dir():
@@ -225,7 +232,7 @@ def load(path, device=None, dtype=None) -> Engine:
     family = model_family(config, config_path)
     args = model_args(family, config, config_path)
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    dtype = dtype or _default_dtype(config)
+    dtype = _dtype(dtype, config)
     tokenizer = load_tokenizer(path)
     special = special_ids(family, config, tokenizer, path, args.vocab_size)
     with torch.device("meta"):

@@ -25,18 +25,18 @@ def test_bench_measures_every_method_against_the_baseline(model_dir, capsys):
                  "--block-length", "8", "--steps", "2", "--ignore-eos", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     rows = {row["method"]: row for row in report["rows"]}
-    assert len(rows) == 6
+    assert len(rows) == 7
     baseline = rows["autoregressive (causal, KV cache)"]
     assert baseline["speed_vs_ar"] == 1.0 and baseline["tokens_per_pass"] == 1.0 and baseline["tokens"] == 16
     assert rows["steps 2/block, prefix cache"]["tokens_per_pass"] == 4.0
-    assert rows["steps 2/block, none cache"]["passes"] == 4
+    assert rows["steps 2/block, no cache"]["passes"] == 4
 
 
 def test_bench_prints_a_table(model_dir, capsys):
     assert main(["llm", "bench", "--model", str(model_dir), "--repeats", "1", "--max-new-tokens", "8",
                  "--block-length", "8"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[1].split()[:3] == ["method", "passes", "tokens"] and len(lines) == 3 + 6
+    assert lines[1].split()[:3] == ["method", "passes", "tokens"] and len(lines) == 3 + 7
 
 
 def test_bad_model_directory_is_a_clear_error(tmp_path, capsys):

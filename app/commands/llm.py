@@ -59,7 +59,7 @@ def _load(args):
         print(f"parley llm: no model at {path} yet: pass --model DIR", file=sys.stderr)
         return None
     try:
-        return llm.load(path, device=args.device, dtype=getattr(torch, args.dtype) if args.dtype else None)
+        return llm.load(path, device=args.device, dtype=args.dtype)
     except ValueError as exc:  # CheckpointError is one
         print(f"parley llm: {exc}", file=sys.stderr)
         return None
