@@ -10,6 +10,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 
+from app.request_body import read_limited
 from app.rtc import Call, OfferError, parse_offer
 from app.settings import REPO_ROOT, Settings
 
@@ -93,7 +94,7 @@ def create_app(settings: Settings, services=None) -> FastAPI:
     @app.post("/offer")
     async def offer(request: Request):
         state = request.app.state
-        body = await _read_body(request, MAX_OFFER_BYTES)
+        body = await read_limited(request, MAX_OFFER_BYTES)
         if body is None:
             return _refuse(413, f"offer too large: the limit is {MAX_OFFER_BYTES} bytes")
         try:
@@ -131,20 +132,6 @@ def _include_optional_routers(app: FastAPI) -> None:
             raise
         return  # telephony is still being built in this checkout
     app.include_router(router)
-
-
-async def _read_body(request: Request, limit: int) -> bytes | None:
-    """The request body, or None as soon as it passes `limit` bytes (never buffering more)."""
-    declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > limit:
-        return None
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            return None
-        chunks.append(chunk)
-    return b"".join(chunks)
 
 
 def _refuse(status: int, reason: str) -> JSONResponse:

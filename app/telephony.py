@@ -26,6 +26,7 @@ from fastapi.responses import PlainTextResponse, Response
 from starlette.websockets import WebSocketDisconnect, WebSocketState
 
 from app import twilio
+from app.request_body import read_limited
 from app.twilio import TWILIO_FRAME_MS, TWILIO_FRAME_SAMPLES, TWILIO_RATE_HZ, ProtocolError, StreamStart
 from speech.audio import SAMPLE_RATE_HZ, mulaw_to_pcm, pcm_to_mulaw
 
@@ -78,7 +79,7 @@ def set_call_event_hook(app: FastAPI, hook: CallEventHook | None) -> None:
 async def twilio_voice(request: Request) -> Response:
     """The call's webhook: TwiML connecting it to our Media Streams endpoint."""
     settings = request.app.state.settings
-    body = await _read_body(request, twilio.MAX_MESSAGE_BYTES)
+    body = await read_limited(request, twilio.MAX_MESSAGE_BYTES)
     if body is None:
         return _refuse(request.app, 413, f"body too large: the limit is {twilio.MAX_MESSAGE_BYTES} bytes")
     try:
@@ -103,16 +104,6 @@ def _signed_url(connection, public_host: str | None, scheme: str) -> str:
     if public_host:
         return str(url.replace(scheme=scheme, netloc=public_host))
     return str(url.replace(scheme="wss")) if scheme == "wss" else str(url)
-
-
-async def _read_body(request: Request, limit: int) -> bytes | None:
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            return None
-        chunks.append(chunk)
-    return b"".join(chunks)
 
 
 def _refuse(app: FastAPI, status: int, reason: str) -> PlainTextResponse:

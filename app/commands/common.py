@@ -1,5 +1,6 @@
 """Flags shared by the commands that load models, and the settings they produce."""
 import argparse
+import sys
 
 from app.settings import Settings, from_env
 
@@ -19,3 +20,16 @@ def settings_from(args: argparse.Namespace, **extra) -> Settings:
     """Defaults, then PARLEY_* variables, then the flags that were given."""
     flags = {name: getattr(args, name, None) for name in ("asr_model", "voice", "llm_model", "llm_device", "profile", "db_path")}
     return from_env().replace(**flags, **extra)
+
+
+def load_services(args: argparse.Namespace, prog: str):
+    """The models named by the flags, warmed up; None (after one line on stderr) when a path is wrong."""
+    from app.services import Services
+
+    try:
+        services = Services.load(settings_from(args))
+    except ValueError as exc:
+        print(f"{prog}: {exc}", file=sys.stderr)
+        return None
+    services.warm_up()
+    return services

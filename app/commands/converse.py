@@ -5,7 +5,7 @@ import sys
 
 import numpy as np
 
-from app.commands.common import add_model_flags, settings_from
+from app.commands.common import add_model_flags, load_services
 from speech.audio import FRAME_MS, FRAME_SAMPLES, SAMPLE_RATE_HZ, AudioFormatError, read_wav, write_wav
 
 
@@ -28,14 +28,9 @@ def run(args) -> int:
     if len(audio) == 0:
         print(f"parley converse: {args.input} holds no audio", file=sys.stderr)
         return 2
-    from app.services import Services
-
-    try:
-        services = Services.load(settings_from(args))
-    except ValueError as exc:
-        print(f"parley converse: {exc}", file=sys.stderr)
+    services = load_services(args, "parley converse")
+    if services is None:
         return 2
-    services.warm_up()
     result = asyncio.run(converse(services, audio, realtime=args.realtime))
     services.shutdown()
     write_wav(args.output, result.pop("audio"), services.tts.sample_rate_hz)

@@ -2,7 +2,7 @@
 import asyncio
 import sys
 
-from app.commands.common import add_model_flags, settings_from
+from app.commands.common import add_model_flags, load_services
 
 
 def register(subparsers) -> None:
@@ -33,15 +33,10 @@ def run(args) -> int:
     except MicError as exc:
         print(f"parley mic: {exc}", file=sys.stderr)
         return 2
-    from app.services import Services
-
-    try:
-        services = Services.load(settings_from(args))
-    except ValueError as exc:
-        print(f"parley mic: {exc}", file=sys.stderr)
+    services = load_services(args, "parley mic")
+    if services is None:
         return 2
     try:
-        services.warm_up()
         return talk(services, options)
     finally:
         services.shutdown()
