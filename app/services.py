@@ -5,6 +5,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
+import torch
 
 from app.agent import AgentOptions
 from app.settings import Settings
@@ -44,6 +45,7 @@ class Services:
         asr = Transcriber(AsrOptions(model_dir=settings.asr_model))
         tts = Synthesizer(settings.voice)
         engine = llm.load(settings.llm_model, device=settings.llm_device)
+        _size_cpu_threads(engine)
         profile = load_profile(settings.profile)
         toolbox = Toolbox(profile, open_store(settings.db_path))
         services = cls(asr, tts, engine, toolbox, system_prompt(profile, toolbox, engine.chat_style))
@@ -62,3 +64,13 @@ class Services:
     def shutdown(self) -> None:
         for pool in (self.asr_pool, self.partial_pool, self.llm_pool, self.tts_pool):
             pool.shutdown(wait=False, cancel_futures=True)
+
+
+# NOTE: a small model's CPU ops are too short to split: on 2 cores a 4M-parameter pass ran 3-20x slower on two
+# threads than on one (llm bench), and one thread leaves the other core to ASR and TTS.
+SMALL_MODEL_PARAMS = 100_000_000
+
+
+def _size_cpu_threads(engine) -> None:
+    if engine.device.type == "cpu" and sum(p.numel() for p in engine.model.parameters()) < SMALL_MODEL_PARAMS:
+        torch.set_num_threads(1)
