@@ -110,6 +110,7 @@ class TurnDetector:
         if frame.dtype != np.int16 or frame.shape != (FRAME_SAMPLES,):
             raise ValueError(f"push expects a ({FRAME_SAMPLES},) int16 frame (20 ms at 16 kHz), "
                              f"got shape {frame.shape} dtype {frame.dtype}")
+        frame = frame.copy()  # kept for the utterance: the caller may reuse its buffer
         voiced = self._is_voiced(frame)
         self._frames_pushed += 1
         if not self._in_speech:
@@ -133,11 +134,11 @@ class TurnDetector:
 
     def _push_idle(self, frame: np.ndarray, voiced: bool) -> list[SpeechStart | SpeechEnd]:
         self._history.append((frame, voiced))
-        window = list(self._history)[-self._window_frames:]
+        history = list(self._history)
+        window = history[-self._window_frames:]
         if sum(v for _, v in window) < self._start_frames:
             return []
         # The utterance starts preroll_ms before the first voiced frame of the triggering window.
-        history = list(self._history)
         first_voiced = len(history) - len(window) + next(i for i, (_, v) in enumerate(window) if v)
         kept = history[max(0, first_voiced - self._preroll_frames):]
         self._utterance = [f for f, _ in kept]
