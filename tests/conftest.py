@@ -38,7 +38,7 @@ def speak(synthesizer):
     """speak(text) -> int16 16 kHz Piper speech; cached, so the same text gives the same audio all session."""
     from speech.audio import SAMPLE_RATE_HZ, resample
 
-    cache: dict[str, "object"] = {}
+    cache = {}  # text -> int16 16 kHz audio
 
     def speak(text: str):
         if text not in cache:
