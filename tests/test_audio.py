@@ -201,3 +201,12 @@ def test_bad_files_raise_audio_format_error_naming_file_and_problem(tmp_path):
     with pytest.raises(AudioFormatError, match="missing.wav"):
         read_wav(tmp_path / "missing.wav")
     assert issubclass(AudioFormatError, ValueError)
+
+
+def test_word_error_rate_helper():
+    from tests.wer import word_error_rate
+
+    assert word_error_rate("Book a table for seven.", "book a table for 7") == 0.0
+    assert word_error_rate("one two three four", "one three four five") == 0.5  # 1 deletion + 1 insertion
+    assert word_error_rate("a b c d", "a x c d") == 0.25
+    assert word_error_rate("", "") == 0.0 and word_error_rate("", "extra") == 1.0
