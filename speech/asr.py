@@ -38,8 +38,9 @@ class AsrOptions:
     beam_size: int = 1               # 1 = greedy, the fastest decode
     cpu_threads: int = field(default_factory=_default_threads)
     # NOTE: utterances shorter than window_s - 1 s are encoded in a window_s window instead of Whisper's
-    # 30 s: a 2.5 s turn on 2 cores costs ~0.15 s at 10 s vs ~0.45 s at 30 s (python -m speech.bench),
-    # with the same words; anything longer, or a decode that looks degenerate, takes the 30 s path.
+    # 30 s: a 2.6 s turn on this 2-core box took 0.19 s at 10 s vs 0.45-0.70 s at 30 s (3-3.5x,
+    # `python -m speech.bench asr`), with the same words; anything longer, or a decode that looks
+    # degenerate, takes faster-whisper's 30 s path.
     window_s: float = 10.0
 
     def __post_init__(self):
