@@ -12,7 +12,7 @@ from speech.audio import FRAME_MS, FRAME_SAMPLES, SAMPLE_RATE_HZ
 from tests.fakes import FakeEngine, FakeToolbox, last_user
 from tests.wer import word_error_rate
 
-QUESTION = "What time do you open on Saturday morning?"
+QUESTION = "Hello there, I would like to know what time you open on Saturday morning, please."
 LONG_REPLY = ("We open at nine in the morning on Saturday, and we close at five in the afternoon. "
               "On Sunday we are closed all day, but you can book online at any time you like.")
 
