@@ -42,7 +42,8 @@ class _Draft:
     """Work started during the end-of-turn silence, valid while the utterance stays the same."""
     audio_samples: int                 # length of the utterance it was computed on
     cancel: threading.Event
-    task: asyncio.Task                 # -> (transcript, Generation | None, first clause | None, its audio | None)
+    transcript: asyncio.Future         # -> the transcript, as soon as ASR is done
+    task: asyncio.Task | None = None   # -> (Generation | None, first clause | None, its audio | None)
 
 
 class Session:
@@ -172,25 +173,32 @@ class Session:
             self._draft.cancel.set()
             self._draft = None
         elif silence_ms >= self.options.speculate_ms and self._draft is None:
-            audio, cancel = self.detector.endpoint_audio(), threading.Event()
-            self._draft = _Draft(len(audio), cancel, asyncio.create_task(self._make_draft(audio, cancel)))
+            audio = self.detector.endpoint_audio()
+            draft = _Draft(len(audio), threading.Event(), self._loop.create_future())
+            draft.task = asyncio.create_task(self._make_draft(audio, draft))
+            self._draft = draft
 
-    async def _make_draft(self, audio: np.ndarray, cancel: threading.Event):
+    async def _make_draft(self, audio: np.ndarray, draft: _Draft):
         """Transcript, first generation and first clause's audio, with no side effects (tools run only later)."""
-        services, loop = self.services, self._loop
-        text = await loop.run_in_executor(services.asr_pool, services.asr.transcribe, audio)
+        services, loop, cancel = self.services, self._loop, draft.cancel
+        try:
+            text = await loop.run_in_executor(services.asr_pool, services.asr.transcribe, audio)
+        except Exception as exc:
+            draft.transcript.set_exception(exc)
+            raise
+        draft.transcript.set_result(text)
         if cancel.is_set() or not text.strip():
-            return text, None, None, None
+            return None, None, None
         generation = await loop.run_in_executor(services.llm_pool, self.agent.draft, text, cancel)
         if cancel.is_set() or generation.stopped == "cancelled":
-            return text, None, None, None
+            return None, None, None
         spoken = parse_tool_calls(generation.text)[1]
         splitter = ClauseSplitter()
         clause = (splitter.push(spoken) or [splitter.flush()])[0] if spoken else None
         if not clause:
-            return text, generation, None, None
+            return generation, None, None
         clause_audio = await loop.run_in_executor(services.tts_pool, services.tts.synthesize, clause)
-        return text, generation, clause, clause_audio
+        return generation, clause, clause_audio
 
     async def _stop_turn(self) -> None:
         if self._draft is not None:
@@ -231,13 +239,14 @@ class Session:
     async def _run_turn(self, audio: np.ndarray, trace: TurnTrace, cancel: threading.Event,
                         draft: _Draft | None = None) -> None:
         try:
-            text, first = await self._transcribe(audio, trace, draft)
+            text = await self._transcribe(audio, draft)
             trace.mark("transcript")
             if not text.strip() or cancel.is_set():
                 return
             trace.transcript = text
             await self._emit({"type": "transcript", "text": text, "final": True})
             self.playback.take_heard()   # heard-text accounting starts with this turn
+            first = await self._drafted_generation(draft, trace) if draft is not None else None
             await self._respond(text, trace, cancel, first)
             if not cancel.is_set():
                 await self._finish_turn(trace)
@@ -245,18 +254,25 @@ class Session:
             log.exception("turn failed")
             await self._emit({"type": "error", "message": f"turn failed: {exc}"})
 
-    async def _transcribe(self, audio: np.ndarray, trace: TurnTrace, draft: _Draft | None):
-        """The final transcript, and the drafted first generation when the draft matches this turn."""
+    async def _transcribe(self, audio: np.ndarray, draft: _Draft | None) -> str:
+        """The final transcript: the draft's when it matches this turn (often ready before the endpoint)."""
         if draft is not None:
             try:
-                text, first, clause, clause_audio = await draft.task
-                trace.drafted = first is not None
-                self._ready_clause = (clause, clause_audio) if clause else None
-                return text, first
+                return await draft.transcript
             except Exception:
-                log.exception("draft failed; transcribing again")
-        text = await self._loop.run_in_executor(self.services.asr_pool, self.services.asr.transcribe, audio)
-        return text, None
+                log.exception("drafted transcript failed; transcribing again")
+        return await self._loop.run_in_executor(self.services.asr_pool, self.services.asr.transcribe, audio)
+
+    async def _drafted_generation(self, draft: _Draft, trace: TurnTrace):
+        """The draft's first generation (and its first clause's audio, kept for _speak), or None."""
+        try:
+            first, clause, clause_audio = await draft.task
+        except Exception:
+            log.exception("draft failed; generating again")
+            return None
+        trace.drafted = first is not None
+        self._ready_clause = (clause, clause_audio) if clause else None
+        return first
 
     async def _respond(self, text: str, trace: TurnTrace, cancel: threading.Event, first=None) -> None:
         """Run the agent in its executor and speak its text clause by clause as blocks settle."""

@@ -48,7 +48,7 @@ def run(args) -> int:
     return 0
 
 
-async def converse(services, audio: np.ndarray, realtime: bool = False) -> dict:
+async def converse(services, audio: np.ndarray, realtime: bool = False, options=None) -> dict:
     """Stream 16 kHz audio through a Session as if live; returns the turn's texts, metrics and reply audio."""
     from app.session import Session, SessionOptions
 
@@ -59,7 +59,7 @@ async def converse(services, audio: np.ndarray, realtime: bool = False) -> dict:
 
     rate = services.tts.sample_rate_hz
     session = Session(services, output_rate_hz=rate, send_event=send_event,
-                      options=SessionOptions(realtime=realtime))
+                      options=options or SessionOptions(realtime=realtime))
     runner = asyncio.create_task(session.run())
     reply_audio: list[np.ndarray] = []
     frame_out = rate * FRAME_MS // 1000
