@@ -1,4 +1,5 @@
 """`parley eval`: the held-out front-desk benchmark of a model (tool calls, grounding, small talk, latency)."""
+import dataclasses
 import json
 import sys
 
@@ -10,6 +11,8 @@ def register(subparsers) -> None:
     p.add_argument("--dialogues", type=int, default=200, help="held-out dialogues to replay (each has 1-6 turns)")
     p.add_argument("--seed", type=int, default=0, help="seed of the held-out dialogues")
     p.add_argument("--threads", type=int, default=2, help="torch CPU threads")
+    p.add_argument("--block-length", type=int, help="override the decoding block length of the checkpoint")
+    p.add_argument("--threshold", type=float, help="override the decoding confidence threshold of the checkpoint")
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     p.add_argument("--show-misses", action="store_true", help="print a few failed turns per metric")
     add_model_flags(p)
@@ -21,6 +24,7 @@ def run(args) -> int:
     from tqdm import tqdm
 
     import llm
+    from app.commands.chat import agent_options
     from app.evaluate import evaluate
     from app.profile import load_profile
 
@@ -29,17 +33,21 @@ def run(args) -> int:
     try:
         profile = load_profile(settings.profile)
         engine = llm.load(settings.llm_model, device=settings.llm_device)
+        options = agent_options(settings.llm_model)
+        overrides = {"block_length": args.block_length, "threshold": args.threshold}
+        options = dataclasses.replace(options, **{k: v for k, v in overrides.items() if v is not None})
     except ValueError as exc:
         print(f"parley eval: {exc}", file=sys.stderr)
         return 2
-    report = evaluate(engine, profile, args.dialogues, args.seed,
+    report = evaluate(engine, profile, args.dialogues, args.seed, options=options,
                       progress=lambda xs: tqdm(xs, desc="eval", unit="turn", dynamic_ncols=True))
     summary = report.summary()
     if args.json:
         print(json.dumps(summary, indent=2))
     else:
         print(f"held-out front desk, {args.dialogues} dialogues, model {settings.llm_model}, "
-              f"{torch.get_num_threads()} CPU threads on {engine.device}")
+              f"{torch.get_num_threads()} CPU threads on {engine.device}, block_length {options.block_length}, "
+              f"threshold {options.threshold}")
         print(f"{'metric':<28}{'value':>10}{'turns':>8}")
         rows = [("tool-call exact match", summary["tool_call_exact_match"], report.tool_calls.total),
                 ("no call when none needed", summary["no_call_accuracy"], report.no_call.total),

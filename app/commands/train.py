@@ -1,11 +1,11 @@
 """`parley train`: write front-desk dialogues for a profile, train a tokenizer and a small masked-diffusion model."""
 import json
 import logging
-import random
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from app.agent import AgentOptions
 from app.settings import DEFAULT_LLM_DIR
 
 log = logging.getLogger(__name__)
@@ -16,9 +16,18 @@ class DataOptions:
     train_dialogues: int = 6000
     heldout_dialogues: int = 300
     vocab_size: int = 1024
-    response_len: int = 64            # longest target, <|end|> included (replies are < 60 tokens)
+    # Targets are padded with <|end|> to the agent's whole canvas, as LLaDA pads to the batch: the sampler then
+    # meets exactly the canvas length it was trained on. NOTE: padded only to 64 (a random amount), the model
+    # decoded garbage on the agent's 96-token canvas and sensible text on a 64-token one.
+    response_len: int = AgentOptions.max_new_tokens
     max_prompt_tokens: int = 320                     # longer prompts (rare, long dialogues) are dropped
 
+
+# How the agent should decode this model (generation_config.json, read by app.commands.chat.agent_options).
+# NOTE: block_length 1 (left to right, one token per pass): trained mostly on left-context predictions, the
+# shipped model committed wrong tokens far from the settled text when asked for 4 or 32 at once (see
+# docs/EMBEDDED_MODEL.md for the measured exact matches).
+DECODING = {"max_new_tokens": AgentOptions.max_new_tokens, "block_length": 1, "threshold": 0.9}
 
 # Model sizes: "default" is the shipped checkpoint; "tiny" is for tests.
 SIZES = {
@@ -27,7 +36,7 @@ SIZES = {
 }
 
 
-def encode_examples(pairs, tokenizer, opts: DataOptions, seed: int = 0):
+def encode_examples(pairs, tokenizer, opts: DataOptions):
     """(prompt messages, target) pairs -> llm.train.Example list, rendered as the Agent prompts the engine."""
     from llm import chat
     from llm.train import Example
@@ -35,19 +44,15 @@ def encode_examples(pairs, tokenizer, opts: DataOptions, seed: int = 0):
     end = tokenizer.token_to_id(chat.END)
     prompts = tokenizer.encode_batch([chat.render(m, "parley") for m, _ in pairs], add_special_tokens=False)
     targets = tokenizer.encode_batch([t for _, t in pairs], add_special_tokens=False)
-    # Like LLaDA's SFT, each target is padded with <|end|> (a random amount here, up to response_len): the model
-    # learns that a reply ends in <|end|> and that <|end|> follows it, whatever canvas the sampler gives it.
-    rng = random.Random(seed)
     out = []
     for p, t in zip(prompts, targets):
         if len(p.ids) <= opts.max_prompt_tokens and len(t.ids) < opts.response_len:
-            n_end = rng.randint(1, opts.response_len - len(t.ids))
-            out.append(Example(p.ids, t.ids + [end] * n_end))
+            out.append(Example(p.ids, t.ids + [end] * (opts.response_len - len(t.ids))))
     return out
 
 
-def build_data(profile, data: DataOptions, seed: int):
-    """Dialogues of both splits -> (tokenizer, train examples, held-out examples)."""
+def build_data(profile, data: DataOptions, seed: int, tokenizer=None):
+    """Dialogues of both splits -> (tokenizer, train examples, held-out examples); a tokenizer is trained unless given."""
     from app.dialogues import examples, generate
     from llm import chat
     from llm.train import train_tokenizer
@@ -56,33 +61,41 @@ def build_data(profile, data: DataOptions, seed: int):
     train_pairs = examples(generate(profile, "train", data.train_dialogues, seed), profile)
     heldout_pairs = examples(generate(profile, "heldout", data.heldout_dialogues, seed), profile)
     texts = (chat.render(m, "parley") + t + chat.END for m, t in train_pairs)  # the tokenizer sees training text only
-    tokenizer = train_tokenizer(texts, data.vocab_size, list(chat.PARLEY_SPECIAL_TOKENS))
-    train_set = encode_examples(train_pairs, tokenizer, data, seed)
-    heldout_set = encode_examples(heldout_pairs, tokenizer, data, seed)
+    tokenizer = tokenizer or train_tokenizer(texts, data.vocab_size, list(chat.PARLEY_SPECIAL_TOKENS))
+    train_set = encode_examples(train_pairs, tokenizer, data)
+    heldout_set = encode_examples(heldout_pairs, tokenizer, data)
     log.info("%d train and %d held-out examples from %d + %d dialogues in %.1f s", len(train_set), len(heldout_set),
              data.train_dialogues, data.heldout_dialogues, time.perf_counter() - t0)
     return tokenizer, train_set, heldout_set
 
 
-def run_training(profile, out_dir: Path, size: str, data: DataOptions, opts) -> dict:
-    """The whole pipeline; writes the checkpoint to out_dir and returns the summary."""
+def run_training(profile, out_dir: Path, size: str, data: DataOptions, opts, init: str | None = None) -> dict:
+    """The whole pipeline; writes the checkpoint to out_dir and returns the summary.
+
+    init: a parley checkpoint directory to continue from (its tokenizer and weights; `size` is then ignored).
+    """
     from tqdm import tqdm
 
+    import llm
     from llm import chat
     from llm.load import save_parley
     from llm.model import ModelArgs
     from llm.train import train
 
-    tokenizer, train_set, heldout_set = build_data(profile, data, opts.seed)
-    longest = max(len(e.prompt) + len(e.response) for e in train_set + heldout_set)
-    args = ModelArgs(**SIZES[size], vocab_size=tokenizer.get_vocab_size(), max_sequence_length=1024)
+    start = llm.load(init, device="cpu") if init else None
+    tokenizer, train_set, heldout_set = build_data(profile, data, opts.seed, start.tokenizer if start else None)
+    longest = max(len(e.prompt) + len(e.response) for e in train_set + heldout_set)  # rope positions
+    args = start.model.args if start else ModelArgs(**SIZES[size], vocab_size=tokenizer.get_vocab_size(),
+                                                    max_sequence_length=1024)
     assert longest <= args.max_sequence_length
-    model, summary = train(args, train_set, heldout_set, mask_id=tokenizer.token_to_id(chat.MASK),
-                           pad_id=tokenizer.token_to_id(chat.PAD), opts=opts, log=tqdm.write,
+    init_state = {k: v.float() for k, v in start.model.state_dict().items()} if start else None
+    model, summary = train(args, train_set, heldout_set, mask_id=tokenizer.token_to_id(chat.MASK), init_state=init_state,
+                           pad_id=tokenizer.token_to_id(chat.PAD), stop_id=tokenizer.token_to_id(chat.END), opts=opts, log=tqdm.write,
                            on_eval=lambda m, step: save_parley(m, tokenizer, out_dir))  # a usable model at every eval
     save_parley(model, tokenizer, out_dir)
-    summary.update(profile=profile.name, size=size, data=asdict(data), train=asdict(opts),
+    summary.update(profile=profile.name, size=size, init=init, data=asdict(data), train=asdict(opts),
                    parameters=sum(p.numel() for p in model.parameters()), train_examples=len(train_set))
+    (out_dir / "generation_config.json").write_text(json.dumps(DECODING, indent=2) + "\n", encoding="utf-8")
     (out_dir / "training.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     return summary
 
@@ -96,6 +109,8 @@ def register(subparsers) -> None:
     p.add_argument("--batch-size", type=int, default=None, help="sequences per step")
     p.add_argument("--dialogues", type=int, default=None, help="training dialogues to write")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--init", metavar="DIR", help="continue training from this parley checkpoint")
+    p.add_argument("--lr", type=float, default=None, help="peak learning rate")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default 1, see llm/train.py)")
     p.set_defaults(func=run)
 
@@ -107,12 +122,12 @@ def run(args) -> int:
     try:
         profile = load_profile(args.profile)
         opts = TrainOptions(**{k: v for k, v in dict(steps=args.steps, batch_size=args.batch_size,
-                                                       seed=args.seed, threads=args.threads).items() if v is not None})
+                                                       seed=args.seed, threads=args.threads, lr=args.lr).items() if v is not None})
         data = DataOptions(**({"train_dialogues": args.dialogues} if args.dialogues else {}))
     except ValueError as exc:
         print(f"parley train: {exc}")
         return 2
-    summary = run_training(profile, Path(args.out), args.size, data, opts)
+    summary = run_training(profile, Path(args.out), args.size, data, opts, init=args.init)
     print(f"wrote {args.out} in {summary['seconds'] / 60:.1f} min of training; "
           f"final held-out loss {summary['heldout_loss'][-1][1]:.4f}")
     return 0

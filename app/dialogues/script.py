@@ -126,7 +126,7 @@ class Script:
 
     def noisy(self, text: str) -> str:
         """A filler or a repeated first word now and then, as callers speak and Whisper writes."""
-        text = " ".join(text.split())
+        text = " ".join(text.split()).replace("..", ".").replace(".?", "?")  # "a.m.." -> "a.m."
         first = text.split(" ", 1)[0]
         r = self.rng.random()
         if r < 0.18:
