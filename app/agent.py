@@ -4,11 +4,13 @@ Synchronous on purpose: the session runs `Agent.respond` in an executor, so gene
 The model asks for a tool with `<tool_call>{"name": ..., "arguments": {...}}</tool_call>`; the agent runs it, feeds
 the result back as a `tool` message and lets the model speak a reply grounded in that result.
 """
+import dataclasses
 import json
 import logging
 import re
 import threading
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable
 
 log = logging.getLogger(__name__)
@@ -55,6 +57,20 @@ class AgentOptions:
     threshold: float = 0.9          # commit every masked token at least this confident (Fast-dLLM)
     max_tool_rounds: int = 3        # tool calls in one turn before the agent stops asking
     max_history_turns: int = 8      # user turns kept in the prompt
+
+
+DECODE_FIELDS = ("max_new_tokens", "block_length", "threshold")
+
+
+def agent_options_for(model_dir) -> AgentOptions:
+    """AgentOptions with the checkpoint's own decoding preferences (generation_config.json: max_new_tokens,
+    block_length, threshold) applied; a checkpoint without them gets the defaults."""
+    path = Path(model_dir) / "generation_config.json"
+    try:
+        prefs = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}: not valid JSON ({exc})") from None
+    return dataclasses.replace(AgentOptions(), **{k: prefs[k] for k in DECODE_FIELDS if k in prefs})
 
 
 def parse_tool_calls(text: str) -> tuple[list[tuple[str, dict]], str]:

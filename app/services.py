@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from app.agent import AgentOptions
+from app.agent import AgentOptions, agent_options_for
 from app.settings import Settings
 from speech.vad import VadConfig
 
@@ -48,7 +48,8 @@ class Services:
         _size_cpu_threads(engine)
         profile = load_profile(settings.profile)
         toolbox = Toolbox(profile, open_store(settings.db_path))
-        services = cls(asr, tts, engine, toolbox, system_prompt(profile, toolbox, engine.chat_style))
+        services = cls(asr, tts, engine, toolbox, system_prompt(profile, toolbox, engine.chat_style),
+                       agent_options=agent_options_for(settings.llm_model))
         log.info("models loaded in %.1f s (llm %s, %s)", time.perf_counter() - t0, settings.llm_model, engine.chat_style)
         return services
 
