@@ -69,3 +69,34 @@ def test_front_desk_pipeline_writes_a_loadable_checkpoint(tmp_path):
     tokenizer, train_set, _ = build_data(load_profile(None), data, seed=0)
     end = tokenizer.token_to_id(chat.END)
     assert all(e.response[-1] == end and len(e.response) <= data.response_len for e in train_set)
+
+
+def test_left_context_layout_sees_nothing_it_must_predict():
+    from llm.train import causal_context_batch
+
+    batch = [Example([10, 11, 12], [20, 21, 2, 2, 2, 2]), Example([10, 11], [30, 2, 2, 2, 2, 2])]
+    ids, positions, allowed, targets, lengths = causal_context_batch(batch, pad_id=0, mask_id=1, stop_id=2,
+                                                                     extra_stops=1)
+    assert lengths.tolist() == [4, 3]  # the reply, its stop token and one more
+    for b, e in enumerate(batch):
+        P, L, C = len(e.prompt), int(lengths[b]), len(e.response)
+        clean, a = range(P, P + L), range(P + L, P + 2 * L)
+        for i, row in enumerate(a):
+            assert ids[b, row] == 1 and targets[b, row] == e.response[i] and positions[b, row] == P + i
+            seen_clean = [positions[b, c].item() - P for c in clean if allowed[b, row, c]]
+            assert seen_clean == list(range(i))  # only the settled tokens before it
+        assert not allowed[b, :P, P:P + 2 * L].any()  # the prompt sees no response token, only masks
+        assert allowed[b, :P, P + 2 * L:P + 2 * L + C].all()
+
+
+def test_forward_with_an_all_true_mask_is_the_model_forward():
+    from llm.model import Transformer
+    from llm.train import forward_with_mask
+
+    torch.manual_seed(0)
+    model = Transformer(TINY)
+    ids, _, attend = collate(toy_examples(3, 2), pad_id=0)
+    T = ids.shape[1]
+    allowed = attend[:, None, :].expand(3, T, T)
+    got = forward_with_mask(model, ids, torch.arange(T).expand(3, T), allowed)
+    assert torch.allclose(got, model(ids, key_padding_mask=attend), atol=1e-5)
