@@ -1,32 +1,17 @@
 """`parley chat`: a text conversation on stdin/stdout through the same agent, model and tools as a call."""
-import dataclasses
 import json
 import sys
-from pathlib import Path
 
-from app.agent import AgentOptions
+from app.agent import agent_options_for
 from app.commands.common import add_model_flags, settings_from
-
-DECODE_FIELDS = ("max_new_tokens", "block_length", "threshold")
-
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("chat", help="talk to the agent in text, one line per turn")
     p.add_argument("--json", action="store_true",
                    help="one JSON object per user line: user, reply, tool_calls, passes, latency_ms")
+    p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice; 1 is faster on a busy machine)")
     add_model_flags(p)
     p.set_defaults(func=run)
-
-
-def agent_options(model_dir) -> AgentOptions:
-    """The agent's decoding options with the checkpoint's own preferences applied: generation_config.json may
-    name block_length, threshold and max_new_tokens (Parley's embedded model decodes best with its own)."""
-    path = Path(model_dir) / "generation_config.json"
-    try:
-        prefs = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{path}: not valid JSON ({exc})") from None
-    return dataclasses.replace(AgentOptions(), **{k: prefs[k] for k in DECODE_FIELDS if k in prefs})
 
 
 def open_agent(settings):
@@ -38,7 +23,7 @@ def open_agent(settings):
     profile = load_profile(settings.profile)
     engine = llm.load(settings.llm_model, device=settings.llm_device)
     toolbox = Toolbox(profile, open_store(settings.db_path))
-    return Agent(engine, toolbox, system_prompt(profile, toolbox, engine.chat_style), agent_options(settings.llm_model))
+    return Agent(engine, toolbox, system_prompt(profile, toolbox, engine.chat_style), agent_options_for(settings.llm_model))
 
 
 def turn_record(user: str, turn) -> dict:
@@ -48,6 +33,10 @@ def turn_record(user: str, turn) -> dict:
 
 
 def run(args) -> int:
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
     try:
         agent = open_agent(settings_from(args))
     except ValueError as exc:  # a bad profile, checkpoint directory or device

@@ -24,7 +24,7 @@ def run(args) -> int:
     from tqdm import tqdm
 
     import llm
-    from app.commands.chat import agent_options
+    from app.agent import agent_options_for
     from app.evaluate import evaluate
     from app.profile import load_profile
 
@@ -33,7 +33,7 @@ def run(args) -> int:
     try:
         profile = load_profile(settings.profile)
         engine = llm.load(settings.llm_model, device=settings.llm_device)
-        options = agent_options(settings.llm_model)
+        options = agent_options_for(settings.llm_model)
         overrides = {"block_length": args.block_length, "threshold": args.threshold}
         options = dataclasses.replace(options, **{k: v for k, v in overrides.items() if v is not None})
     except ValueError as exc:
