@@ -96,7 +96,8 @@ def model_args(family: str, config: dict, config_path: Path) -> ModelArgs:
                     max_sequence_length=min(config.get("max_sequence_length", 4096), MAX_ROPE_POSITIONS),
                     qkv_bias=bool(config.get("include_qkv_bias", False)),
                     weight_tying=bool(config.get("weight_tying", False)),
-                    rope_full_precision=bool(config.get("rope_full_precision", False)))
+                    rope_full_precision=bool(config.get("rope_full_precision", False)),
+                    shift_logits=family == "parley" and bool(config.get("shift_logits", False)))
     head_dim = config.get("head_dim")
     if head_dim is not None and head_dim * args["n_heads"] != args["d_model"]:
         raise CheckpointError(f"{config_path}: head_dim={head_dim} is not d_model / n_heads")
@@ -246,15 +247,16 @@ def save_parley(model: Transformer, tokenizer: Tokenizer, out_dir) -> Path:
     """Write a parley checkpoint: config.json, model.safetensors (LLaDA names), tokenizer.json."""
     out_dir = Path(out_dir)
     args = model.args
-    if args.shift_logits:
-        raise ValueError("parley checkpoints predict token i at position i; shift_logits must be False")
     token_ids = {token: tokenizer.token_to_id(token) for token in chat.PARLEY_SPECIAL_TOKENS}
     absent = [token for token, token_id in token_ids.items() if token_id is None]
     if absent:
         raise ValueError(f"the tokenizer lacks Parley's special tokens {', '.join(absent)}")
     fields = dataclasses.asdict(args)
     fields["include_qkv_bias"] = fields.pop("qkv_bias")
-    fields.pop("shift_logits")  # rope_full_precision keeps LLaDA's name
+    # rope_full_precision keeps LLaDA's name; shift_logits (Dream-style: raw row i holds token i+1) is saved
+    # only when set, so LLaDA-layout parley checkpoints stay as they were
+    if not fields["shift_logits"]:
+        fields.pop("shift_logits")
     dtype = model.transformer.wte.weight.dtype
     config = {"model_type": "parley", "architectures": ["ParleyDiffusionLM"], **fields,
               "mask_token_id": token_ids[chat.MASK], "eos_token_id": token_ids[chat.END],

@@ -7,7 +7,7 @@ from llm import chat
 from llm.model import ModelArgs
 from llm.train import Example, TrainOptions, collate, masked_diffusion_loss, train, train_tokenizer
 
-TINY = ModelArgs(**SIZES["tiny"], vocab_size=64, max_sequence_length=64)
+TINY = ModelArgs(**SIZES["tiny"], vocab_size=64, max_sequence_length=64)  # shift_logits, as shipped
 
 
 def toy_examples(n: int, seed: int) -> list[Example]:
@@ -64,6 +64,7 @@ def test_front_desk_pipeline_writes_a_loadable_checkpoint(tmp_path):
     summary = run_training(load_profile(None), tmp_path, "tiny", data, opts)
     assert {"config.json", "model.safetensors", "tokenizer.json", "training.json"} <= {p.name for p in tmp_path.iterdir()}
     engine = llm.load(tmp_path, device="cpu")
+    assert engine.model.args.shift_logits  # saved and read back
     gen = engine.generate([{"role": "user", "content": "Hello."}], max_new_tokens=8, block_length=8)
     assert gen.passes >= 1 and summary["train_examples"] > 60
     tokenizer, train_set, _ = build_data(load_profile(None), data, seed=0)
@@ -72,24 +73,28 @@ def test_front_desk_pipeline_writes_a_loadable_checkpoint(tmp_path):
 
 
 def test_left_context_layout_sees_nothing_it_must_predict():
-    from llm.train import causal_context_batch
+    from llm.train import left_context_batch
 
     batch = [Example([10, 11, 12], [20, 21, 2, 2, 2, 2]), Example([10, 11], [30, 2, 2, 2, 2, 2])]
-    ids, positions, allowed, targets, lengths = causal_context_batch(batch, pad_id=0, mask_id=1, stop_id=2,
-                                                                     extra_stops=1)
+    ids, positions, allowed, targets, lengths = left_context_batch(batch, pad_id=0, mask_id=1, stop_id=2,
+                                                                   extra_stops=1)
     assert lengths.tolist() == [4, 3]  # the reply, its stop token and one more
     for b, e in enumerate(batch):
         P, L, C = len(e.prompt), int(lengths[b]), len(e.response)
-        clean, a = range(P, P + L), range(P + L, P + 2 * L)
-        for i, row in enumerate(a):
-            assert ids[b, row] == 1 and targets[b, row] == e.response[i] and positions[b, row] == P + i
-            seen_clean = [positions[b, c].item() - P for c in clean if allowed[b, row, c]]
-            assert seen_clean == list(range(i))  # only the settled tokens before it
-        assert not allowed[b, :P, P:P + 2 * L].any()  # the prompt sees no response token, only masks
-        assert allowed[b, :P, P + 2 * L:P + 2 * L + C].all()
+        rows = range(P - 1, P + L - 1)  # the last prompt token, then the clean tokens: row r predicts r + 1
+        assert [targets[b, r].item() for r in rows] == e.response[:L]
+        assert (targets[b] != -100).sum() == L
+        clean = range(P, P + L)
+        for r in rows:
+            seen = [positions[b, c].item() for c in clean if allowed[b, r, c]]
+            assert seen == list(range(P, r + 1))  # settled tokens up to its own, never the one it predicts
+        masks = range(P + L, P + L + C)
+        assert [positions[b, m].item() for m in masks] == list(range(P, P + C))
+        assert not any(allowed[b, m, c] for m in masks for c in clean)  # masks see no clean token
+        assert allowed[b, :P, P + L:P + L + C].all()  # the prompt sees the canvas of masks
 
 
-def test_forward_with_an_all_true_mask_is_the_model_forward():
+def test_forward_with_an_all_true_mask_is_the_model_forward():  # raw rows: not realigned for shift_logits
     from llm.model import Transformer
     from llm.train import forward_with_mask
 
@@ -99,4 +104,4 @@ def test_forward_with_an_all_true_mask_is_the_model_forward():
     T = ids.shape[1]
     allowed = attend[:, None, :].expand(3, T, T)
     got = forward_with_mask(model, ids, torch.arange(T).expand(3, T), allowed)
-    assert torch.allclose(got, model(ids, key_padding_mask=attend), atol=1e-5)
+    assert torch.allclose(got, model.head(model.trunk(ids, key_padding_mask=attend)), atol=1e-5)
