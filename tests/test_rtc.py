@@ -19,7 +19,8 @@ from app.settings import Settings
 from speech.asr import Transcriber
 from speech.audio import resample
 from speech.tts import Synthesizer
-from tests.rtc_helpers import ANSWER, QUESTION_WORDS, front_desk_services, serve_in_thread, spoken_question
+from tests.wer import word_error_rate
+from tests.rtc_helpers import ANSWER, QUESTION, QUESTION_WORDS, front_desk_services, serve_in_thread, spoken_question
 
 TURN_TIMEOUT_S = 60.0
 AUDIBLE_RMS = 300.0          # int16 RMS of a 20 ms frame that holds speech (silence decodes to ~0)
@@ -135,6 +136,7 @@ def test_spoken_question_gets_transcript_reply_metrics_and_audio(server, models)
         by_type.setdefault(event["type"], []).append(event)
     finals = [e["text"] for e in by_type["transcript"] if e["final"]]
     assert len(finals) == 1 and set(QUESTION_WORDS) <= words(finals[0]), finals
+    assert word_error_rate(QUESTION, finals[0]) <= 0.3, finals
     assert by_type["tool"][0]["name"] == "business_info" and by_type["tool"][0]["result"]["ok"] is True
     assert [e["text"] for e in by_type["reply"] if e["final"]] == [ANSWER]
     metrics = by_type["metrics"][0]
