@@ -32,7 +32,8 @@ def test_one_turn_end_to_end(transcriber, synthesizer, speak):
     services = make_services(transcriber, synthesizer, engine)
     result = asyncio.run(converse(services, speak(QUESTION)))
     assert word_error_rate(QUESTION, result["transcript"]) <= 0.10, result["transcript"]
-    assert engine.calls and last_user(engine.calls[0]) == result["transcript"]      # the agent stage ran on it
+    # the agent stage ran on it (a comma's pause may also have drafted, and dropped, a reply to the first words)
+    assert any(last_user(call) == result["transcript"] for call in engine.calls)
     assert result["reply"] == f"You asked: {result['transcript']}"
     audio = result["audio"]
     assert len(audio) > synthesizer.sample_rate_hz // 2 and np.abs(audio).max() > 1000   # a spoken reply
@@ -97,7 +98,8 @@ async def _barge_in(services, question, interruption):
 
 
 def test_barge_in_stops_output_and_history_keeps_what_was_heard(transcriber, synthesizer, speak):
-    engine = FakeEngine(lambda m: LONG_REPLY if len(engine.calls) == 1 else "Okay.", block_words=3)
+    # keyed on the dialogue, not on the call count: a pause at the comma may draft (and drop) an extra call
+    engine = FakeEngine(lambda m: LONG_REPLY if sum(x["role"] == "user" for x in m) == 1 else "Okay.", block_words=3)
     services = make_services(transcriber, synthesizer, engine)
     session, events, pulled, starts = asyncio.run(_barge_in(services, speak(QUESTION), speak("Wait, stop please.")))
     assert starts, "the interruption was not heard as speech"
@@ -115,7 +117,8 @@ def test_reply_is_drafted_during_the_silence(transcriber, synthesizer, speak):
     engine = FakeEngine(lambda m: f"You asked: {last_user(m)}")
     result = asyncio.run(converse(make_services(transcriber, synthesizer, engine), speak(QUESTION)))
     assert result["metrics"]["drafted"] is True
-    assert len(engine.calls) == 1                       # the draft was used, not generated again
+    finals = [call for call in engine.calls if last_user(call) == result["transcript"]]
+    assert len(finals) == 1                             # the draft was used, not generated again
     assert result["reply"] == f"You asked: {result['transcript']}"
 
 
