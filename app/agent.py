@@ -55,16 +55,17 @@ class AgentOptions:
     max_new_tokens: int = 96        # a spoken reply is short; tool calls fit in the same budget
     block_length: int = 32          # tokens per semi-autoregressive block (each block is streamed when settled)
     threshold: float = 0.9          # commit every masked token at least this confident (Fast-dLLM)
+    cache: str = "prefix"           # the sampler's KV cache (llm.generate.CACHE_MODES); "left" for Parley's model
     max_tool_rounds: int = 3        # tool calls in one turn before the agent stops asking
     max_history_turns: int = 8      # user turns kept in the prompt
 
 
-DECODE_FIELDS = ("max_new_tokens", "block_length", "threshold")
+DECODE_FIELDS = ("max_new_tokens", "block_length", "threshold", "cache")
 
 
 def agent_options_for(model_dir) -> AgentOptions:
     """AgentOptions with the checkpoint's own decoding preferences (generation_config.json: max_new_tokens,
-    block_length, threshold) applied; a checkpoint without them gets the defaults."""
+    block_length, threshold, cache) applied; a checkpoint without them gets the defaults."""
     path = Path(model_dir) / "generation_config.json"
     try:
         prefs = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
@@ -148,7 +149,7 @@ class Agent:
     def _generate(self, messages: list[dict], on_block=None, cancel: threading.Event | None = None):
         opts = self.options
         return self.engine.generate(messages, max_new_tokens=opts.max_new_tokens, block_length=opts.block_length,
-                                    threshold=opts.threshold, on_block=on_block, cancel=cancel)
+                                    threshold=opts.threshold, use_cache=opts.cache, on_block=on_block, cancel=cancel)
 
     def draft(self, user_text: str, cancel: threading.Event | None = None):
         """The model's first answer to `user_text`, computed without touching the history or running tools.

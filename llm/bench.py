@@ -26,14 +26,19 @@ class BenchOptions:
     stop_at_eos: bool = True  # False: every method fills max_new_tokens
 
 
-def methods(opts: BenchOptions) -> list[tuple[str, DecodeOptions | None]]:
-    """(row name, diffusion options) for each method; None is the autoregressive baseline."""
+def methods(opts: BenchOptions, engine_shifted: bool = False) -> list[tuple[str, DecodeOptions | None]]:
+    """(row name, diffusion options) for each method; None is the autoregressive baseline. A shift_logits model
+    also gets the left cache row (one token per pass, exact for left-context training)."""
     common = dict(max_new_tokens=opts.max_new_tokens, block_length=opts.block_length, stop_at_eos=opts.stop_at_eos)
     rows: list[tuple[str, DecodeOptions | None]] = [(BASELINE, None)]
     for cache, name in CACHE_NAMES.items():
         rows.append((f"threshold {opts.threshold}, {name}", DecodeOptions(threshold=opts.threshold, cache=cache, **common)))
     for cache, name in CACHE_NAMES.items():
         rows.append((f"steps {opts.steps}/block, {name}", DecodeOptions(steps=opts.steps, cache=cache, **common)))
+    if engine_shifted:
+        rows.append(("one token per pass, left cache",
+                     DecodeOptions(max_new_tokens=opts.max_new_tokens, block_length=1, cache="left",
+                                   stop_at_eos=opts.stop_at_eos)))
     return rows
 
 
@@ -67,7 +72,7 @@ def run_bench(engine: Engine, messages: list[dict], opts: BenchOptions) -> list[
         raise ValueError(f"repeats={opts.repeats} must be >= 1")
     prompt_ids = engine.prompt_ids(messages)
     rows = []
-    for name, decode in methods(opts):
+    for name, decode in methods(opts, engine.model.args.shift_logits):
         _run(engine, prompt_ids, decode, opts)  # warm-up
         runs = [_run(engine, prompt_ids, decode, opts) for _ in range(opts.repeats)]
         med = {key: statistics.median(r[key] for r in runs) for key in runs[0]}

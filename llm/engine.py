@@ -52,7 +52,7 @@ def _cache_mode(use_cache) -> str:
         return "prefix"
     if use_cache is False:
         return "none"
-    return use_cache  # "prefix" | "dual" | "none", checked by DecodeOptions
+    return use_cache  # "prefix" | "dual" | "none" | "left", checked by DecodeOptions
 
 
 class Engine:
@@ -81,7 +81,8 @@ class Engine:
                  use_cache: bool | str = True, seed: int | None = None, stop_at_eos: bool = True) -> Generation:
         """The assistant's reply to messages; on_block(text) gets each block's new text as soon as it settles.
 
-        use_cache: True/"prefix" (Fast-dLLM prefix cache), "dual" (prefix and suffix), False/"none".
+        use_cache: True/"prefix" (Fast-dLLM prefix cache), "dual" (prefix and suffix), False/"none", or "left"
+        (one token per pass, exact for left-context-trained models; see ModelDenoiser).
         """
         opts = DecodeOptions(max_new_tokens=max_new_tokens, block_length=block_length, threshold=threshold,
                              steps=steps, temperature=temperature, cache=_cache_mode(use_cache),

@@ -13,7 +13,7 @@ import torch
 
 import kernels
 
-CACHE_MODES = ("prefix", "dual", "none")
+CACHE_MODES = ("prefix", "dual", "none", "left")
 
 
 @dataclass(frozen=True)
@@ -29,7 +29,8 @@ class DecodeOptions:
     threshold: float = 0.9        # commit every masked token at least this confident (and the best one)
     steps: int | None = None      # instead: passes per block, each committing ~block_length/steps tokens
     temperature: float = 0.0      # > 0: Gumbel noise on the choice (LLaDA); confidence is still softmax prob
-    cache: str = "prefix"         # prefix: KV before the block reused by its passes; dual: also after; none
+    cache: str = "prefix"         # prefix: KV before the block reused by its passes; dual: also after; none;
+                                  # left: one token per pass, each settled token's KV computed once (see below)
     refresh_passes: int = 0       # with a cache: recompute it every this many passes of a block (0 = once)
     stop_at_eos: bool = True      # False: always fill max_new_tokens (benchmarks)
 
@@ -47,6 +48,8 @@ class DecodeOptions:
             raise ValueError(f"cache={self.cache!r}: choose one of {', '.join(CACHE_MODES)}")
         if self.refresh_passes < 0:
             raise ValueError(f"refresh_passes={self.refresh_passes} must be >= 0")
+        if self.cache == "left" and self.block_length != 1:
+            raise ValueError(f"cache='left' decodes one token per pass: block_length={self.block_length} must be 1")
 
 
 @dataclass
@@ -62,19 +65,36 @@ Denoiser = Callable[[torch.Tensor, int, int, int], torch.Tensor]
 
 
 class ModelDenoiser:
-    """Block logits from a Transformer: a full pass fills the KV cache, later passes recompute only part."""
+    """Block logits from a Transformer: a full pass fills the KV cache, later passes recompute only part.
+
+    cache="left" is exact, not an approximation, for a shift_logits model trained on left-context sequences
+    (llm/train.py): there the prompt and the masks see only the prompt and the masks, and settled token j sees the
+    prompt, the settled tokens up to j and the masks after j. So one full pass over [prompt | masks] fills the
+    cache once, and each later pass runs the single token settled last: it writes its keys over its mask's (no
+    later token attends to a mask before it) and its row holds the next token's logits.
+    """
 
     def __init__(self, model, canvas_len: int, cache: str = "prefix", refresh_passes: int = 0):
         self.model = model
         self.mode = cache
         self.refresh_passes = refresh_passes
         self.shift = int(model.args.shift_logits)  # raw row i - shift holds the logits of token i
+        if cache == "left" and not self.shift:
+            raise ValueError("cache='left' needs a shift_logits model (a settled token's row predicts the next)")
         self.cache = None if cache == "none" else model.new_cache(1, canvas_len)
+        self.primed = False  # left: the cache holds the prompt and the masks
 
     def __call__(self, canvas, block_start, block_end, pass_in_block):
+        lo, hi = block_start - self.shift, block_end - self.shift  # raw rows that hold the block's logits
+        if self.mode == "left":
+            if self.primed:  # the row of the token settled last, attending to the whole cached canvas
+                hidden = self.model.trunk(canvas[:, lo:hi], lo, self.cache, kv_len=canvas.shape[1])
+            else:
+                hidden = self.model.trunk(canvas, 0, self.cache)[:, lo:hi]
+                self.primed = True
+            return self.model.head(hidden)[0]  # (1, V)
         full = (self.cache is None or pass_in_block == 0
                 or (self.refresh_passes and pass_in_block % self.refresh_passes == 0))
-        lo, hi = block_start - self.shift, block_end - self.shift  # raw rows that hold the block's logits
         if full:
             hidden = self.model.trunk(canvas, 0, self.cache)[:, lo:hi]  # (1, L, d)
         elif self.mode == "prefix":

@@ -99,3 +99,24 @@ def test_parse_tool_calls_separates_speech():
     calls, spoken = parse_tool_calls('Let me check. <tool_call>{"name":"a","arguments":{"x":1}}</tool_call>')
     assert calls == [("a", {"x": 1})] and spoken == "Let me check."
     assert parse_tool_calls("Booking <tool_call>{\"name\":")[1] == "Booking"
+
+
+def test_checkpoint_decoding_preferences_reach_the_engine(tmp_path):
+    from app.agent import agent_options_for
+
+    (tmp_path / "generation_config.json").write_text(json.dumps({"block_length": 1, "cache": "left", "other": 3}))
+    options = agent_options_for(tmp_path)
+    assert (options.block_length, options.cache, options.threshold) == (1, "left", AgentOptions.threshold)
+    engine = RecordingEngine()
+    Agent(engine, FakeToolbox(), None, options).respond("Hi.")
+    assert engine.kwargs["use_cache"] == "left" and engine.kwargs["block_length"] == 1
+    assert agent_options_for(tmp_path / "missing").cache == "prefix"
+
+
+class RecordingEngine(FakeEngine):
+    def __init__(self):
+        super().__init__(lambda m: "Hello.")
+
+    def generate(self, messages, **kwargs):
+        self.kwargs = kwargs
+        return super().generate(messages, **kwargs)

@@ -190,8 +190,39 @@ def test_cached_partial_pass_reads_the_cache(tmp_path):
             assert (stale - model(canvas.roll(3, dims=1))[0, 12:20]).abs().max() > 1e-3
 
 
+def test_left_cache_decodes_what_left_context_training_predicts(tmp_path):
+    """cache="left" is exact: each greedy token is the argmax of its row in the training layout (llm.train)."""
+    from llm.train import Example, forward_with_mask, left_context_batch
+
+    write_parley(tmp_path, shift_logits=True)
+    model = llm.load(tmp_path).model
+    special = SPECIAL_FOR(model)
+    prompt = torch.tensor([7, 30, 100, 21, 5, 64, 9, 200])
+    opts = DecodeOptions(max_new_tokens=16, block_length=1, cache="left", stop_at_eos=False)
+    with torch.inference_mode():
+        decoded = denoise_reply(ModelDenoiser(model, 24, "left"), prompt, special, opts)
+        assert decoded.passes == 16 and len(decoded.tokens) == 16
+        ids, positions, allowed, _, _ = left_context_batch([Example(prompt.tolist(), decoded.tokens)],
+                                                           pad_id=0, mask_id=special.mask)
+        logits = forward_with_mask(model, ids, positions, allowed)[0, 7:7 + 16]  # rows predicting tokens 0..15
+        logits[:, special.mask] = float("-inf")
+        assert logits.argmax(-1).tolist() == decoded.tokens
+        # the in-place canvas decoded the usual (bidirectional) way differs: the mode is not a relabelling
+        plain = denoise_reply(ModelDenoiser(model, 24, "none"), prompt, special,
+                              DecodeOptions(max_new_tokens=16, block_length=1, cache="none", stop_at_eos=False))
+        assert plain.tokens != decoded.tokens
+
+
+def test_left_cache_needs_one_token_per_pass_and_a_shifted_model(tmp_path):
+    with pytest.raises(ValueError, match="block_length=4 must be 1"):
+        DecodeOptions(cache="left", block_length=4)
+    write_parley(tmp_path, shift_logits=False)
+    with pytest.raises(ValueError, match="shift_logits"):
+        ModelDenoiser(llm.load(tmp_path).model, 24, "left")
+
+
 def test_decode_options_reject_bad_values():
-    with pytest.raises(ValueError, match="prefix, dual, none"):
+    with pytest.raises(ValueError, match="prefix, dual, none, left"):
         DecodeOptions(cache="lru")
     with pytest.raises(ValueError, match="threshold"):
         DecodeOptions(threshold=1.5)

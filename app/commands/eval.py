@@ -13,6 +13,8 @@ def register(subparsers) -> None:
     p.add_argument("--threads", type=int, default=2, help="torch CPU threads")
     p.add_argument("--block-length", type=int, help="override the decoding block length of the checkpoint")
     p.add_argument("--threshold", type=float, help="override the decoding confidence threshold of the checkpoint")
+    p.add_argument("--cache", choices=("prefix", "dual", "none", "left"),
+                   help="override the sampler's KV cache mode of the checkpoint")
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     p.add_argument("--show-misses", action="store_true", help="print a few failed turns per metric")
     add_model_flags(p)
@@ -34,7 +36,7 @@ def run(args) -> int:
         profile = load_profile(settings.profile)
         engine = llm.load(settings.llm_model, device=settings.llm_device)
         options = agent_options_for(settings.llm_model)
-        overrides = {"block_length": args.block_length, "threshold": args.threshold}
+        overrides = {"block_length": args.block_length, "threshold": args.threshold, "cache": args.cache}
         options = dataclasses.replace(options, **{k: v for k, v in overrides.items() if v is not None})
     except ValueError as exc:
         print(f"parley eval: {exc}", file=sys.stderr)
@@ -47,7 +49,7 @@ def run(args) -> int:
     else:
         print(f"held-out front desk, {args.dialogues} dialogues, model {settings.llm_model}, "
               f"{torch.get_num_threads()} CPU threads on {engine.device}, block_length {options.block_length}, "
-              f"threshold {options.threshold}")
+              f"threshold {options.threshold}, cache {options.cache}")
         print(f"{'metric':<28}{'value':>10}{'turns':>8}")
         rows = [("tool-call exact match", summary["tool_call_exact_match"], report.tool_calls.total),
                 ("no call when none needed", summary["no_call_accuracy"], report.no_call.total),
