@@ -28,7 +28,7 @@ class BenchOptions:
 
 def methods(opts: BenchOptions, engine_shifted: bool = False) -> list[tuple[str, DecodeOptions | None]]:
     """(row name, diffusion options) for each method; None is the autoregressive baseline. A shift_logits model
-    also gets the left cache row (one token per pass, exact for left-context training)."""
+    also gets the left cache rows (exact for left-context training; drafts change the passes, not the reply)."""
     common = dict(max_new_tokens=opts.max_new_tokens, block_length=opts.block_length, stop_at_eos=opts.stop_at_eos)
     rows: list[tuple[str, DecodeOptions | None]] = [(BASELINE, None)]
     for cache, name in CACHE_NAMES.items():
@@ -36,9 +36,9 @@ def methods(opts: BenchOptions, engine_shifted: bool = False) -> list[tuple[str,
     for cache, name in CACHE_NAMES.items():
         rows.append((f"steps {opts.steps}/block, {name}", DecodeOptions(steps=opts.steps, cache=cache, **common)))
     if engine_shifted:
-        rows.append(("one token per pass, left cache",
-                     DecodeOptions(max_new_tokens=opts.max_new_tokens, block_length=1, cache="left",
-                                   stop_at_eos=opts.stop_at_eos)))
+        for draft, name in ((0, "left cache, one token per pass"), (16, "left cache, 16 drafted, verified")):
+            rows.append((name, DecodeOptions(max_new_tokens=opts.max_new_tokens, block_length=1, cache="left",
+                                             draft_tokens=draft, stop_at_eos=opts.stop_at_eos)))
     return rows
 
 

@@ -8,7 +8,8 @@ import torch
 from tokenizers import Tokenizer
 
 from llm import chat
-from llm.generate import DecodeOptions, ModelDenoiser, SpecialIds, denoise_reply
+from llm.drafter import Drafter
+from llm.generate import DecodeOptions, ModelDenoiser, SpecialIds, denoise_reply, left_reply
 from llm.model import Transformer
 
 
@@ -59,7 +60,7 @@ class Engine:
     """A diffusion LM ready to chat: `generate(messages)` writes the assistant's reply."""
 
     def __init__(self, model: Transformer, tokenizer: Tokenizer, chat_style: str, special: SpecialIds,
-                 bos_token: str | None = None):
+                 bos_token: str | None = None, drafter: Drafter | None = None):
         if chat_style not in chat.STYLES:
             raise ValueError(f"chat_style {chat_style!r}: choose one of {', '.join(chat.STYLES)}")
         self.model = model.eval()
@@ -67,6 +68,8 @@ class Engine:
         self.chat_style = chat_style
         self.special = special
         self.bos_token = bos_token  # LLaDA's template opens with it
+        # guesses for cache="left" to verify: the checkpoint's n-gram table, else prompt lookup alone
+        self.drafter = drafter or Drafter()
         weight = model.transformer.wte.weight
         self.device, self.dtype = weight.device, weight.dtype
 
@@ -113,9 +116,12 @@ class Engine:
         if seed is not None:
             generator = torch.Generator(device=self.device).manual_seed(seed)
         prompt = torch.tensor(prompt_ids, dtype=torch.long, device=self.device)
-        denoise = ModelDenoiser(self.model, len(prompt_ids) + opts.max_new_tokens, opts.cache, opts.refresh_passes)
-        decoded = denoise_reply(denoise, prompt, self.special, opts, on_block=settled, cancel=cancel,
-                                generator=generator)
+        if opts.cache == "left":
+            decoded = left_reply(self.model, prompt, self.special, opts, self.drafter, on_block=settled, cancel=cancel)
+        else:
+            denoise = ModelDenoiser(self.model, len(prompt_ids) + opts.max_new_tokens, opts.cache, opts.refresh_passes)
+            decoded = denoise_reply(denoise, prompt, self.special, opts, on_block=settled, cancel=cancel,
+                                    generator=generator)
         tail = stream.push([], final=True)  # a held-back partial character, if the reply ended on one
         if on_block is not None and tail:
             on_block(tail)

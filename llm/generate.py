@@ -30,7 +30,8 @@ class DecodeOptions:
     steps: int | None = None      # instead: passes per block, each committing ~block_length/steps tokens
     temperature: float = 0.0      # > 0: Gumbel noise on the choice (LLaDA); confidence is still softmax prob
     cache: str = "prefix"         # prefix: KV before the block reused by its passes; dual: also after; none;
-                                  # left: one token per pass, each settled token's KV computed once (see below)
+                                  # left: greedy, left to right, exact for left-context training (left_reply)
+    draft_tokens: int = 16        # left: guessed tokens verified per pass (0: one token per pass)
     refresh_passes: int = 0       # with a cache: recompute it every this many passes of a block (0 = once)
     stop_at_eos: bool = True      # False: always fill max_new_tokens (benchmarks)
 
@@ -48,8 +49,11 @@ class DecodeOptions:
             raise ValueError(f"cache={self.cache!r}: choose one of {', '.join(CACHE_MODES)}")
         if self.refresh_passes < 0:
             raise ValueError(f"refresh_passes={self.refresh_passes} must be >= 0")
-        if self.cache == "left" and self.block_length != 1:
-            raise ValueError(f"cache='left' decodes one token per pass: block_length={self.block_length} must be 1")
+        if self.cache == "left" and (self.block_length != 1 or self.temperature > 0 or self.steps is not None):
+            raise ValueError(f"cache='left' decodes greedily, left to right: block_length={self.block_length} must "
+                             f"be 1, temperature={self.temperature} 0 and steps={self.steps} None")
+        if self.draft_tokens < 0:
+            raise ValueError(f"draft_tokens={self.draft_tokens} must be >= 0")
 
 
 @dataclass
@@ -65,34 +69,19 @@ Denoiser = Callable[[torch.Tensor, int, int, int], torch.Tensor]
 
 
 class ModelDenoiser:
-    """Block logits from a Transformer: a full pass fills the KV cache, later passes recompute only part.
-
-    cache="left" is exact, not an approximation, for a shift_logits model trained on left-context sequences
-    (llm/train.py): there the prompt and the masks see only the prompt and the masks, and settled token j sees the
-    prompt, the settled tokens up to j and the masks after j. So one full pass over [prompt | masks] fills the
-    cache once, and each later pass runs the single token settled last: it writes its keys over its mask's (no
-    later token attends to a mask before it) and its row holds the next token's logits.
-    """
+    """Block logits from a Transformer: a full pass fills the KV cache, later passes recompute only part."""
 
     def __init__(self, model, canvas_len: int, cache: str = "prefix", refresh_passes: int = 0):
         self.model = model
         self.mode = cache
         self.refresh_passes = refresh_passes
         self.shift = int(model.args.shift_logits)  # raw row i - shift holds the logits of token i
-        if cache == "left" and not self.shift:
-            raise ValueError("cache='left' needs a shift_logits model (a settled token's row predicts the next)")
+        if cache == "left":
+            raise ValueError("cache='left' is left_reply's, not a block denoiser's")
         self.cache = None if cache == "none" else model.new_cache(1, canvas_len)
-        self.primed = False  # left: the cache holds the prompt and the masks
 
     def __call__(self, canvas, block_start, block_end, pass_in_block):
         lo, hi = block_start - self.shift, block_end - self.shift  # raw rows that hold the block's logits
-        if self.mode == "left":
-            if self.primed:  # the row of the token settled last, attending to the whole cached canvas
-                hidden = self.model.trunk(canvas[:, lo:hi], lo, self.cache, kv_len=canvas.shape[1])
-            else:
-                hidden = self.model.trunk(canvas, 0, self.cache)[:, lo:hi]
-                self.primed = True
-            return self.model.head(hidden)[0]  # (1, V)
         full = (self.cache is None or pass_in_block == 0
                 or (self.refresh_passes and pass_in_block % self.refresh_passes == 0))
         if full:
@@ -202,6 +191,68 @@ def denoise_reply(denoise: Denoiser, prompt: torch.Tensor, special: SpecialIds, 
         if cut is not None:
             return Decoded(tokens, passes, "eos")
     return Decoded(tokens, passes, "length")
+
+
+def left_reply(model, prompt: torch.Tensor, special: SpecialIds, opts: DecodeOptions, drafter=None,
+               on_block: Callable[[list[int]], None] | None = None, cancel: threading.Event | None = None) -> Decoded:
+    """Greedy, left to right, on the canvas of masks, with exactly the attention left-context training teaches.
+
+    For a shift_logits model trained on left-context sequences (llm/train.py): there the prompt and the masks see
+    only the prompt and the masks, and the settled token j sees the prompt, the settled tokens up to j and the
+    masks after j, so nothing computed changes when a later token settles. One full pass over [prompt | masks]
+    fills the KV cache; the last prompt row holds the first token. Each later pass runs the token settled last
+    (its row holds the next token) and, when a drafter guesses, the guessed tokens after it, each seeing the
+    chunk up to itself and the masks after it: every guess that matches the row before it is the model's own
+    choice, so a pass commits the matching guesses and one token more, and the reply is the same as one token per
+    pass. The committed tokens' keys replace their masks' in the cache (no later row attends to a mask before it).
+    """
+    if not model.args.shift_logits:
+        raise ValueError("cache='left' needs a shift_logits model (a settled token's row predicts the next)")
+    n_prompt = prompt.numel()
+    if n_prompt == 0:
+        raise ValueError("the prompt is empty: render at least the assistant header")
+    total = n_prompt + opts.max_new_tokens
+    canvas = torch.full((1, total), special.mask, dtype=torch.long, device=prompt.device)
+    canvas[0, :n_prompt] = prompt
+    cache = model.new_cache(1, total)
+    hidden = model.trunk(canvas, 0, cache)[:, n_prompt - 1:n_prompt]  # the last prompt row: token n_prompt
+    context = prompt.tolist()
+    tokens, passes, new = [], 1, None
+    while True:
+        if new is None:
+            new = [kernels.confidence_argmax(model.head(hidden)[0], special.mask)[0].item()]
+        else:  # verify: the token settled last at position s, then the guesses at s + 1 ..
+            if cancel is not None and cancel.is_set():
+                return Decoded(tokens, passes, "cancelled")
+            s = n_prompt + len(tokens) - 1
+            guess = drafter.propose(context, min(opts.draft_tokens, total - 2 - s)) if drafter else []
+            chunk = torch.tensor([tokens[-1], *guess], device=prompt.device)[None]  # (1, m)
+            m = chunk.shape[1]
+            rows = torch.arange(m, device=prompt.device)[:, None]
+            cols = torch.arange(total, device=prompt.device)[None]
+            # cached keys: all but the masks at s .. s + r (row r's chunk replaces them); chunk keys: up to row r
+            allowed = torch.cat([(cols < s) | (cols > s + rows), cols[:, :m] <= rows], dim=1)[None]  # (1, m, T + m)
+            positions = torch.arange(s, s + m, device=prompt.device)[None]
+            hidden, chunk_kv = model.trunk_masked(chunk, positions, allowed, cache, total)
+            choice = kernels.confidence_argmax(model.head(hidden)[0], special.mask)[0].tolist()  # (m,)
+            n = 0
+            while n < len(guess) and guess[n] == choice[n]:
+                n += 1
+            for i, (k, v) in enumerate(chunk_kv):  # the settled chunk rows' keys over their masks'
+                cache.k[i][:, :, s:s + n + 1] = k[:, :, :n + 1]
+                cache.v[i][:, :, s:s + n + 1] = v[:, :, :n + 1]
+            new = guess[:n] + [choice[n]]
+            passes += 1
+        new = new[:opts.max_new_tokens - len(tokens)]
+        cut = first_stop(new, special.stop) if opts.stop_at_eos else None
+        tokens += new[:cut]
+        context += new
+        if on_block is not None and new[:cut]:
+            on_block(new[:cut])
+        if cut is not None:
+            return Decoded(tokens, passes, "eos")
+        if len(tokens) >= opts.max_new_tokens:
+            return Decoded(tokens, passes, "length")
 
 
 def autoregressive_reply(model, prompt: torch.Tensor, special: SpecialIds, max_new_tokens: int,

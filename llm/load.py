@@ -15,6 +15,7 @@ from tokenizers import Tokenizer
 from tqdm import tqdm
 
 from llm import chat
+from llm.drafter import Drafter
 from llm.engine import Engine
 from llm.generate import SpecialIds
 from llm.model import ModelArgs, Transformer
@@ -240,7 +241,11 @@ def load(path, device=None, dtype=None) -> Engine:
         model = Transformer(args)
     model.load_state_dict(load_weights(model, family, path, device, dtype), assign=True)
     model.reset_rope(device)
-    return Engine(model, tokenizer, family, special, bos_token(path) if family == "llada" else None)
+    try:
+        drafter = Drafter.load(path)
+    except ValueError as exc:
+        raise CheckpointError(str(exc)) from None
+    return Engine(model, tokenizer, family, special, bos_token(path) if family == "llada" else None, drafter)
 
 
 def save_parley(model: Transformer, tokenizer: Tokenizer, out_dir) -> Path:

@@ -190,6 +190,38 @@ class Transformer(nn.Module):
             x = block(x, cos, sin, start_pos, cache_kv, kv_len, key_padding_mask, causal)
         return x
 
+    def trunk_masked(self, ids, positions, allowed, past: KVCache | None = None, past_len: int = 0):
+        """The trunk with an explicit attention mask, for layouts no cache mode covers (training's left-context
+        sequences, the left sampler's verification passes). Writes nothing into `past`.
+
+        ids, positions (B, T); the keys are the first past_len positions of `past`, then this chunk's T tokens;
+        allowed (B, T, past_len + T) bool, True = attend. -> (residual (B, T, d_model), [(k, v) (B, Hkv, T, D)
+        of the chunk for each layer], for the caller to write where it chooses).
+        """
+        a = self.args
+        B, T = ids.shape
+        cos, sin = self.rope_cos[positions][:, None], self.rope_sin[positions][:, None]  # (B, 1, T, D)
+        groups = a.n_heads // a.n_kv_heads
+        x = self.transformer.wte(ids)  # (B, T, d_model)
+        chunk_kv = []
+        for i, block in enumerate(self.transformer.blocks):
+            h = block.attn_norm(x)
+            q = block.q_proj(h).view(B, T, a.n_heads, a.head_dim).transpose(1, 2)  # (B, H, T, D)
+            k = block.k_proj(h).view(B, T, a.n_kv_heads, a.head_dim).transpose(1, 2)  # (B, Hkv, T, D)
+            v = block.v_proj(h).view(B, T, a.n_kv_heads, a.head_dim).transpose(1, 2)
+            q, k = kernels.rope_ref(q, k, cos, sin)
+            chunk_kv.append((k, v))
+            if past is not None and past_len:
+                k = torch.cat([past.k[i][:, :, :past_len], k], dim=2)  # (B, Hkv, past_len + T, D)
+                v = torch.cat([past.v[i][:, :, :past_len], v], dim=2)
+            if groups > 1:
+                k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed[:, None])  # (B, H, T, D)
+            x = x + block.attn_out(y.transpose(1, 2).reshape(B, T, a.n_heads * a.head_dim))
+            h = block.ff_norm(x)
+            x = x + block.ff_out(kernels.swiglu(block.ff_proj(h), block.up_proj(h)))
+        return x, chunk_kv
+
     def head(self, x: torch.Tensor) -> torch.Tensor:
         """Residual stream (B, T, d_model) -> raw logits (B, T, V) (Dream's still shifted by one)."""
         x = self.transformer.ln_f(x)

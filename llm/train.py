@@ -15,7 +15,6 @@ import torch.nn.functional as F
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from tqdm import tqdm
 
-import kernels
 from llm.model import ModelArgs, Transformer
 
 
@@ -98,25 +97,9 @@ def length_grouped_batches(examples: list[Example], batch_size: int, generator, 
 
 
 def forward_with_mask(model: Transformer, ids, positions, allowed) -> torch.Tensor:
-    """The model's logits with an explicit attention mask: ids, positions (B, T), allowed (B, T, T) bool (query,
+    """The model's raw logits with an explicit attention mask: ids, positions (B, T), allowed (B, T, T) bool (query,
     key) True = attend. The same weights and function as Transformer.forward, which is the all-True case."""
-    a = model.args
-    B, T = ids.shape
-    cos, sin = model.rope_cos[positions][:, None], model.rope_sin[positions][:, None]  # (B, 1, T, D)
-    x = model.transformer.wte(ids)  # (B, T, d_model)
-    for block in model.transformer.blocks:
-        h = block.attn_norm(x)
-        q = block.q_proj(h).view(B, T, a.n_heads, a.head_dim).transpose(1, 2)  # (B, H, T, D)
-        k = block.k_proj(h).view(B, T, a.n_kv_heads, a.head_dim).transpose(1, 2)  # (B, Hkv, T, D)
-        v = block.v_proj(h).view(B, T, a.n_kv_heads, a.head_dim).transpose(1, 2)
-        q, k = kernels.rope_ref(q, k, cos, sin)
-        groups = a.n_heads // a.n_kv_heads
-        k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)  # (B, H, T, D)
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed[:, None])  # (B, H, T, D)
-        x = x + block.attn_out(y.transpose(1, 2).reshape(B, T, a.n_heads * a.head_dim))
-        h = block.ff_norm(x)
-        x = x + block.ff_out(kernels.swiglu(block.ff_proj(h), block.up_proj(h)))
-    return model.head(x)
+    return model.head(model.trunk_masked(ids, positions, allowed)[0])
 
 
 def left_context_batch(batch: list[Example], pad_id: int, mask_id: int, stop_id: int | None = None,

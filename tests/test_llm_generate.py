@@ -7,7 +7,7 @@ import torch
 
 import llm
 from llm.generate import (DecodeOptions, ModelDenoiser, SpecialIds, commit_count, commit_threshold,
-                          denoise_reply, score, step_schedule)
+                          denoise_reply, left_reply, score, step_schedule)
 from tests.test_llm_checkpoints import write_dream, write_parley
 from tests.test_llm_checkpoints import single_thread  # noqa: F401 (autouse)
 
@@ -190,35 +190,90 @@ def test_cached_partial_pass_reads_the_cache(tmp_path):
             assert (stale - model(canvas.roll(3, dims=1))[0, 12:20]).abs().max() > 1e-3
 
 
+def left_model(tmp_path):
+    write_parley(tmp_path, shift_logits=True)
+    return llm.load(tmp_path).model
+
+
+LEFT_PROMPT = torch.tensor([7, 30, 100, 21, 5, 64, 9, 200])
+
+
+def left(model, drafter=None, **options):
+    opts = DecodeOptions(**{"max_new_tokens": 16, "block_length": 1, "cache": "left", "stop_at_eos": False,
+                            **options})
+    with torch.inference_mode():
+        return left_reply(model, LEFT_PROMPT, SPECIAL_FOR(model), opts, drafter)
+
+
 def test_left_cache_decodes_what_left_context_training_predicts(tmp_path):
     """cache="left" is exact: each greedy token is the argmax of its row in the training layout (llm.train)."""
     from llm.train import Example, forward_with_mask, left_context_batch
 
-    write_parley(tmp_path, shift_logits=True)
-    model = llm.load(tmp_path).model
-    special = SPECIAL_FOR(model)
-    prompt = torch.tensor([7, 30, 100, 21, 5, 64, 9, 200])
-    opts = DecodeOptions(max_new_tokens=16, block_length=1, cache="left", stop_at_eos=False)
+    model = left_model(tmp_path)
+    decoded = left(model)
+    assert decoded.passes == 16 and len(decoded.tokens) == 16
     with torch.inference_mode():
-        decoded = denoise_reply(ModelDenoiser(model, 24, "left"), prompt, special, opts)
-        assert decoded.passes == 16 and len(decoded.tokens) == 16
-        ids, positions, allowed, _, _ = left_context_batch([Example(prompt.tolist(), decoded.tokens)],
-                                                           pad_id=0, mask_id=special.mask)
+        ids, positions, allowed, _, _ = left_context_batch([Example(LEFT_PROMPT.tolist(), decoded.tokens)],
+                                                           pad_id=0, mask_id=SPECIAL_FOR(model).mask)
         logits = forward_with_mask(model, ids, positions, allowed)[0, 7:7 + 16]  # rows predicting tokens 0..15
-        logits[:, special.mask] = float("-inf")
+        logits[:, SPECIAL_FOR(model).mask] = float("-inf")
         assert logits.argmax(-1).tolist() == decoded.tokens
         # the in-place canvas decoded the usual (bidirectional) way differs: the mode is not a relabelling
-        plain = denoise_reply(ModelDenoiser(model, 24, "none"), prompt, special,
+        plain = denoise_reply(ModelDenoiser(model, 24, "none"), LEFT_PROMPT, SPECIAL_FOR(model),
                               DecodeOptions(max_new_tokens=16, block_length=1, cache="none", stop_at_eos=False))
         assert plain.tokens != decoded.tokens
 
 
-def test_left_cache_needs_one_token_per_pass_and_a_shifted_model(tmp_path):
+class Guesser:
+    """A drafter that guesses `right` correct tokens (from the known reply), then `wrong` wrong ones."""
+
+    def __init__(self, reply, n_prompt, right, wrong, vocab):
+        self.reply, self.n_prompt, self.right, self.wrong, self.vocab = reply, n_prompt, right, wrong, vocab
+        self.guesses = 0
+
+    def propose(self, ids, k):
+        done = len(ids) - self.n_prompt
+        good = self.reply[done:done + self.right]
+        bad = [(t + 1) % (self.vocab - 2) for t in self.reply[done + len(good):done + len(good) + self.wrong]]
+        self.guesses += 1
+        return (good + bad)[:k]
+
+
+@pytest.mark.parametrize("right, wrong", [(0, 3), (2, 2), (5, 0), (16, 0)])
+def test_left_drafts_change_the_passes_never_the_reply(tmp_path, right, wrong):
+    model = left_model(tmp_path)
+    plain = left(model)
+    guesser = Guesser(plain.tokens, LEFT_PROMPT.numel(), right, wrong, model.args.vocab_size)
+    drafted = left(model, guesser, draft_tokens=16)
+    assert drafted.tokens == plain.tokens and guesser.guesses
+    # each verification pass commits the right guesses and one token more
+    assert drafted.passes == 1 + math.ceil((16 - 1) / (right + 1))
+
+
+def test_left_drafts_stop_at_eos_and_at_the_canvas_end(tmp_path):
+    model = left_model(tmp_path)
+    plain = left(model)
+    special = SpecialIds(mask=SPECIAL_FOR(model).mask, stop=(plain.tokens[5],))
+    first = plain.tokens.index(plain.tokens[5])
+    blocks = []
+    with torch.inference_mode():
+        stopped = left_reply(model, LEFT_PROMPT, special, DecodeOptions(max_new_tokens=16, block_length=1,
+                             cache="left", draft_tokens=16),
+                             Guesser(plain.tokens, 8, 16, 0, model.args.vocab_size), on_block=blocks.append)
+    assert stopped.stopped == "eos" and stopped.tokens == plain.tokens[:first] == sum(blocks, [])
+    plain_short = left(model, max_new_tokens=6)  # a shorter canvas of masks: other choices
+    short = left(model, Guesser(plain_short.tokens, 8, 16, 0, model.args.vocab_size), max_new_tokens=6)
+    assert short.stopped == "length" and short.tokens == plain_short.tokens and short.passes == 2
+
+
+def test_left_cache_needs_greedy_one_token_blocks_and_a_shifted_model(tmp_path):
     with pytest.raises(ValueError, match="block_length=4 must be 1"):
         DecodeOptions(cache="left", block_length=4)
+    with pytest.raises(ValueError, match="temperature"):
+        DecodeOptions(cache="left", block_length=1, temperature=0.7)
     write_parley(tmp_path, shift_logits=False)
     with pytest.raises(ValueError, match="shift_logits"):
-        ModelDenoiser(llm.load(tmp_path).model, 24, "left")
+        left(llm.load(tmp_path).model)
 
 
 def test_decode_options_reject_bad_values():

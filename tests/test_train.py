@@ -62,9 +62,12 @@ def test_front_desk_pipeline_writes_a_loadable_checkpoint(tmp_path):
     data = DataOptions(train_dialogues=60, heldout_dialogues=10, vocab_size=400)
     opts = TrainOptions(steps=3, batch_size=4, eval_every=3, eval_batches=1)
     summary = run_training(load_profile(None), tmp_path, "tiny", data, opts)
-    assert {"config.json", "model.safetensors", "tokenizer.json", "training.json"} <= {p.name for p in tmp_path.iterdir()}
+    assert ({"config.json", "model.safetensors", "tokenizer.json", "training.json", "drafter.json"}
+            <= {p.name for p in tmp_path.iterdir()})
     engine = llm.load(tmp_path, device="cpu")
     assert engine.model.args.shift_logits  # saved and read back
+    # the drafter's table knows the training replies: after "<|assistant|>" it guesses a reply's opening
+    assert engine.drafter.table and engine.drafter.propose(engine.prompt_ids([{"role": "user", "content": "Hi."}]), 4)
     gen = engine.generate([{"role": "user", "content": "Hello."}], max_new_tokens=8, block_length=8)
     assert gen.passes >= 1 and summary["train_examples"] > 60
     tokenizer, train_set, _ = build_data(load_profile(None), data, seed=0)

@@ -74,6 +74,25 @@ def build_data(profile, data: DataOptions, seed: int, tokenizer=None):
     return tokenizer, train_set, heldout_set
 
 
+def build_drafter(train_set, end_id: int):
+    """The n-gram table of the training replies (each opened by its prompt's last 3 tokens, cut after <|end|>)
+    that the left sampler's drafter walks (llm/drafter.py)."""
+    from llm.drafter import Drafter
+
+    return Drafter.build(e.prompt[-3:] + e.response[:e.response.index(end_id) + 1] if end_id in e.response
+                         else e.prompt[-3:] + e.response for e in train_set)
+
+
+def write_drafter(profile, out_dir: Path, data: DataOptions, seed: int) -> Path:
+    """drafter.json for an existing checkpoint (its tokenizer), from the profile's training dialogues."""
+    import llm
+    from llm import chat
+
+    engine = llm.load(out_dir, device="cpu")
+    _, train_set, _ = build_data(profile, data, seed, engine.tokenizer)
+    return build_drafter(train_set, engine.tokenizer.token_to_id(chat.END)).save(out_dir)
+
+
 def run_training(profile, out_dir: Path, size: str, data: DataOptions, opts, init: str | None = None) -> dict:
     """The whole pipeline; writes the checkpoint to out_dir and returns the summary.
 
@@ -98,6 +117,7 @@ def run_training(profile, out_dir: Path, size: str, data: DataOptions, opts, ini
                            pad_id=tokenizer.token_to_id(chat.PAD), stop_id=tokenizer.token_to_id(chat.END), opts=opts, log=tqdm.write,
                            on_eval=lambda m, step: save_parley(m, tokenizer, out_dir))  # a usable model at every eval
     save_parley(model, tokenizer, out_dir)
+    build_drafter(train_set, tokenizer.token_to_id(chat.END)).save(out_dir)
     summary.update(profile=profile.name, size=size, init=init, data=asdict(data), train=asdict(opts),
                    parameters=sum(p.numel() for p in model.parameters()), train_examples=len(train_set))
     (out_dir / "generation_config.json").write_text(json.dumps(DECODING, indent=2) + "\n", encoding="utf-8")
@@ -117,6 +137,8 @@ def register(subparsers) -> None:
     p.add_argument("--init", metavar="DIR", help="continue training from this parley checkpoint")
     p.add_argument("--lr", type=float, default=None, help="peak learning rate")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default 1, see llm/train.py)")
+    p.add_argument("--drafter-only", action="store_true",
+                   help="no training: rewrite the --out checkpoint's drafter.json from the profile's dialogues")
     p.set_defaults(func=run)
 
 
@@ -132,6 +154,14 @@ def run(args) -> int:
     except ValueError as exc:
         print(f"parley train: {exc}")
         return 2
+    if args.drafter_only:
+        try:
+            path = write_drafter(profile, Path(args.out), data, opts.seed)
+        except ValueError as exc:  # not a checkpoint directory
+            print(f"parley train: {exc}")
+            return 2
+        print(f"wrote {path}")
+        return 0
     summary = run_training(profile, Path(args.out), args.size, data, opts, init=args.init)
     print(f"wrote {args.out} in {summary['seconds'] / 60:.1f} min of training; "
           f"final held-out loss {summary['heldout_loss'][-1][1]:.4f}")
