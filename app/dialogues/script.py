@@ -41,7 +41,7 @@ class Script:
         return self.rng.choice(phrases.split_items(items, self.split) or items)
 
     def name(self) -> str:
-        made_up = self.split == "train" and self.rng.random() < 0.4
+        made_up = self.split == "train" and self.rng.random() < 0.8
         first = phrases.made_up_name(self.rng) if made_up else self.pick(phrases.FIRST_NAMES)
         if self.rng.random() >= 0.3:
             return first
@@ -131,7 +131,10 @@ class Script:
         r = self.rng.random()
         if r < 0.18:
             head = first.lower() if first.lower().strip(",.?") in _LOWER_FIRST else first
-            text = f"{self.rng.choice(phrases.FILLERS).capitalize()}, {head}{text[len(first):]}"
+            filler = self.rng.choice(phrases.FILLERS)
+            if filler == "um" and self.split == "heldout":  # "Um, {service}." is a training template
+                filler = "uh"
+            text = f"{filler.capitalize()}, {head}{text[len(first):]}"
         elif r < 0.24 and len(text.split()) > 2:
             head = first.lower() if first.lower().strip(",.?") in _LOWER_FIRST else first
             text = f"{first.rstrip(',.?')}, {head}{text[len(first):]}"
