@@ -56,6 +56,20 @@ def test_tokenizer_keeps_special_tokens_whole():
     assert tok.decode(ids, skip_special_tokens=True) == "Maria Quentin"  # unseen names still encode (byte level)
 
 
+def test_tokenizer_spells_a_word_the_same_after_a_space_and_in_json():
+    """What the caller said is copied into a tool call token for token: spaces are tokens of their own."""
+    spoken = 'This is Dmitri, a blow dry at 10:00 please.'
+    call = '{"name":"Dmitri","time":"10:00","service":"blow dry"}'
+    tok = train_tokenizer([spoken, call] * 20, 300, list(chat.PARLEY_SPECIAL_TOKENS))
+
+    def ids(text):
+        return tok.encode(text, add_special_tokens=False).ids
+
+    for value in ("Dmitri", "10:00", "blow dry"):
+        assert f" {value}" in spoken and ids(f" {value}")[1:] == ids(value) == ids(f'"{value}"')[1:-1], value
+    assert tok.decode(ids(spoken + call)) == spoken + call
+
+
 def test_front_desk_pipeline_writes_a_loadable_checkpoint(tmp_path):
     import llm
 
@@ -108,3 +122,34 @@ def test_forward_with_an_all_true_mask_is_the_model_forward():  # raw rows: not 
     allowed = attend[:, None, :].expand(3, T, T)
     got = forward_with_mask(model, ids, torch.arange(T).expand(3, T), allowed)
     assert torch.allclose(got, model.head(model.trunk(ids, key_padding_mask=attend)), atol=1e-5)
+
+
+def test_copy_task_examples_repeat_a_span_of_the_callers_words():
+    from app.commands.train import copy_task_for
+
+    data = DataOptions(train_dialogues=40, heldout_dialogues=4, vocab_size=400)
+    tokenizer, train_set, _ = build_data(load_profile(None), data, seed=0)
+    task = copy_task_for(train_set, tokenizer, data.response_len)
+    user, end, assistant = (tokenizer.token_to_id(t) for t in ("<|user|>", "<|end|>", "<|assistant|>"))
+    assert user not in task.text and end not in task.text      # callers' words only
+    samples = task.sample(20, torch.Generator().manual_seed(1))
+    assert samples == task.sample(20, torch.Generator().manual_seed(1))
+    for e in samples:
+        span = e.prompt[1:-2]
+        assert e.prompt[0] == user and e.prompt[-2:] == [end, assistant] and 3 <= len(span) <= 24
+        assert e.response == span + [end] * (data.response_len - len(span))
+        assert any(task.text[i:i + len(span)] == span for i in range(len(task.text)))
+
+
+def test_training_with_a_copy_task_runs_and_stays_deterministic():
+    from llm.train import CopyTask
+
+    text = torch.randint(8, 64, (500,), generator=torch.Generator().manual_seed(5)).tolist()
+    task = CopyTask(text, [3], [2, 4], end_id=2, response_len=10, max_len=6)
+    opts = TrainOptions(steps=6, batch_size=8, eval_every=3, eval_batches=1, copy_fraction=0.5, seed=2)
+    runs = [train(TINY, toy_examples(64, 0), toy_examples(8, 1), mask_id=1, pad_id=0, stop_id=2, opts=opts,
+                  log=lambda _: None, copy_task=task)[1]["heldout_loss"] for _ in range(2)]
+    assert runs[0] == runs[1]
+    plain = train(TINY, toy_examples(64, 0), toy_examples(8, 1), mask_id=1, pad_id=0, stop_id=2, opts=opts,
+                  log=lambda _: None)[1]["heldout_loss"]
+    assert plain != runs[0]                                    # the copy examples were trained on

@@ -20,7 +20,7 @@ class DataOptions:
     # meets exactly the canvas length it was trained on. NOTE: padded only to 64 (a random amount), the model
     # decoded garbage on the agent's 96-token canvas and sensible text on a 64-token one.
     response_len: int = AgentOptions.max_new_tokens
-    max_prompt_tokens: int = 320                     # longer prompts (rare, long dialogues) are dropped
+    max_prompt_tokens: int = 420                     # longer prompts (rare, long dialogues) are dropped
 
 
 # How the agent should decode this model (generation_config.json, read by app.commands.chat.agent_options).
@@ -93,6 +93,20 @@ def write_drafter(profile, out_dir: Path, data: DataOptions, seed: int) -> Path:
     return build_drafter(train_set, engine.tokenizer.token_to_id(chat.END)).save(out_dir)
 
 
+def copy_task_for(train_set, tokenizer, response_len: int):
+    """llm.train.CopyTask over the callers' words of the training split (each example's last user message)."""
+    from llm import chat
+    from llm.train import CopyTask
+
+    user, end, assistant = (tokenizer.token_to_id(t) for t in (chat.PARLEY_ROLE_TOKENS["user"], chat.END,
+                                                              chat.PARLEY_ROLE_TOKENS["assistant"]))
+    text = []
+    for e in train_set:
+        start = len(e.prompt) - 1 - e.prompt[::-1].index(user)
+        text += e.prompt[start + 1:e.prompt.index(end, start)]
+    return CopyTask(text, [user], [end, assistant], end, response_len)
+
+
 def run_training(profile, out_dir: Path, size: str, data: DataOptions, opts, init: str | None = None) -> dict:
     """The whole pipeline; writes the checkpoint to out_dir and returns the summary.
 
@@ -115,7 +129,8 @@ def run_training(profile, out_dir: Path, size: str, data: DataOptions, opts, ini
     init_state = {k: v.float() for k, v in start.model.state_dict().items()} if start else None
     model, summary = train(args, train_set, heldout_set, mask_id=tokenizer.token_to_id(chat.MASK), init_state=init_state,
                            pad_id=tokenizer.token_to_id(chat.PAD), stop_id=tokenizer.token_to_id(chat.END), opts=opts, log=tqdm.write,
-                           on_eval=lambda m, step: save_parley(m, tokenizer, out_dir))  # a usable model at every eval
+                           on_eval=lambda m, step: save_parley(m, tokenizer, out_dir),  # a usable model at every eval
+                           copy_task=copy_task_for(train_set, tokenizer, data.response_len))
     save_parley(model, tokenizer, out_dir)
     build_drafter(train_set, tokenizer.token_to_id(chat.END)).save(out_dir)
     summary.update(profile=profile.name, size=size, init=init, data=asdict(data), train=asdict(opts),
