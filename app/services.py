@@ -58,7 +58,9 @@ class Services:
         t0 = time.perf_counter()
         self.asr.transcribe(np.zeros(16_000, dtype=np.int16))
         self.tts.synthesize("Hello.")
-        self.engine.generate([{"role": "user", "content": "hello"}], max_new_tokens=self.agent_options.block_length)
+        opts = self.agent_options  # the agent's own decoding path (cache mode, block length), a short canvas
+        self.engine.generate([{"role": "user", "content": "hello"}], max_new_tokens=max(opts.block_length, 8),
+                             block_length=opts.block_length, threshold=opts.threshold, use_cache=opts.cache)
         self.ready = True
         log.info("models warm in %.1f s", time.perf_counter() - t0)
 

@@ -152,6 +152,9 @@ def register(subparsers) -> None:
     p.add_argument("--init", metavar="DIR", help="continue training from this parley checkpoint")
     p.add_argument("--lr", type=float, default=None, help="peak learning rate")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default 1, see llm/train.py)")
+    p.add_argument("--copy-fraction", type=float, default=None,
+                   help="share of the left-context sequences replaced by the synthetic copy task (default 0: "
+                        "see docs/EMBEDDED_MODEL.md)")
     p.add_argument("--drafter-only", action="store_true",
                    help="no training: rewrite the --out checkpoint's drafter.json from the profile's dialogues")
     p.set_defaults(func=run)
@@ -164,7 +167,8 @@ def run(args) -> int:
     try:
         profile = load_profile(args.profile)
         opts = TrainOptions(**{k: v for k, v in dict(steps=args.steps, batch_size=args.batch_size,
-                                                       seed=args.seed, threads=args.threads, lr=args.lr).items() if v is not None})
+                                                       seed=args.seed, threads=args.threads, lr=args.lr,
+                                                       copy_fraction=args.copy_fraction).items() if v is not None})
         data = DataOptions(**({"train_dialogues": args.dialogues} if args.dialogues else {}))
     except ValueError as exc:
         print(f"parley train: {exc}")
