@@ -85,7 +85,7 @@ class Engine:
         """The assistant's reply to messages; on_block(text) gets each block's new text as soon as it settles.
 
         use_cache: True/"prefix" (Fast-dLLM prefix cache), "dual" (prefix and suffix), False/"none", or "left"
-        (one token per pass, exact for left-context-trained models; see ModelDenoiser).
+        (greedy, left to right, exact for left-context-trained models; see llm.generate.left_reply).
         """
         opts = DecodeOptions(max_new_tokens=max_new_tokens, block_length=block_length, threshold=threshold,
                              steps=steps, temperature=temperature, cache=_cache_mode(use_cache),

@@ -216,33 +216,9 @@ def left_reply(model, prompt: torch.Tensor, special: SpecialIds, opts: DecodeOpt
     canvas[0, :n_prompt] = prompt
     cache = model.new_cache(1, total)
     hidden = model.trunk(canvas, 0, cache)[:, n_prompt - 1:n_prompt]  # the last prompt row: token n_prompt
-    context = prompt.tolist()
-    tokens, passes, new = [], 1, None
+    new = [kernels.confidence_argmax(model.head(hidden)[0], special.mask)[0].item()]
+    context, tokens, passes = prompt.tolist(), [], 1
     while True:
-        if new is None:
-            new = [kernels.confidence_argmax(model.head(hidden)[0], special.mask)[0].item()]
-        else:  # verify: the token settled last at position s, then the guesses at s + 1 ..
-            if cancel is not None and cancel.is_set():
-                return Decoded(tokens, passes, "cancelled")
-            s = n_prompt + len(tokens) - 1
-            guess = drafter.propose(context, min(opts.draft_tokens, total - 2 - s)) if drafter else []
-            chunk = torch.tensor([tokens[-1], *guess], device=prompt.device)[None]  # (1, m)
-            m = chunk.shape[1]
-            rows = torch.arange(m, device=prompt.device)[:, None]
-            cols = torch.arange(total, device=prompt.device)[None]
-            # cached keys: all but the masks at s .. s + r (row r's chunk replaces them); chunk keys: up to row r
-            allowed = torch.cat([(cols < s) | (cols > s + rows), cols[:, :m] <= rows], dim=1)[None]  # (1, m, T + m)
-            positions = torch.arange(s, s + m, device=prompt.device)[None]
-            hidden, chunk_kv = model.trunk_masked(chunk, positions, allowed, cache, total)
-            choice = kernels.confidence_argmax(model.head(hidden)[0], special.mask)[0].tolist()  # (m,)
-            n = 0
-            while n < len(guess) and guess[n] == choice[n]:
-                n += 1
-            for i, (k, v) in enumerate(chunk_kv):  # the settled chunk rows' keys over their masks'
-                cache.k[i][:, :, s:s + n + 1] = k[:, :, :n + 1]
-                cache.v[i][:, :, s:s + n + 1] = v[:, :, :n + 1]
-            new = guess[:n] + [choice[n]]
-            passes += 1
         new = new[:opts.max_new_tokens - len(tokens)]
         cut = first_stop(new, special.stop) if opts.stop_at_eos else None
         tokens += new[:cut]
@@ -253,6 +229,36 @@ def left_reply(model, prompt: torch.Tensor, special: SpecialIds, opts: DecodeOpt
             return Decoded(tokens, passes, "eos")
         if len(tokens) >= opts.max_new_tokens:
             return Decoded(tokens, passes, "length")
+        if cancel is not None and cancel.is_set():
+            return Decoded(tokens, passes, "cancelled")
+        last = n_prompt + len(tokens) - 1  # the position of the token settled last
+        guess = drafter.propose(context, min(opts.draft_tokens, total - 2 - last)) if drafter else []
+        new = _verify(model, cache, tokens[-1], last, guess, special.mask)
+        passes += 1
+
+
+def _verify(model, cache, token: int, position: int, guess: list[int], mask_id: int) -> list[int]:
+    """One left pass: `token` at `position`, then the guesses after it -> the matching guesses and one token more.
+
+    Row r sees every cached key but the masks at position .. position + r (the chunk's rows up to r replace
+    them), and the chunk's keys up to row r. The rows that settle write their keys into the cache.
+    """
+    device = cache.k.device
+    chunk = torch.tensor([token, *guess], device=device)[None]  # (1, m)
+    m, total = chunk.shape[1], cache.max_len
+    rows = torch.arange(m, device=device)[:, None]
+    cols = torch.arange(total, device=device)[None]
+    allowed = torch.cat([(cols < position) | (cols > position + rows), cols[:, :m] <= rows], dim=1)  # (m, T + m)
+    positions = torch.arange(position, position + m, device=device)[None]
+    hidden, chunk_kv = model.trunk_masked(chunk, positions, allowed[None], cache, total)
+    choice = kernels.confidence_argmax(model.head(hidden)[0], mask_id)[0].tolist()  # (m,)
+    n = 0
+    while n < len(guess) and guess[n] == choice[n]:
+        n += 1
+    for i, (k, v) in enumerate(chunk_kv):
+        cache.k[i][:, :, position:position + n + 1] = k[:, :, :n + 1]
+        cache.v[i][:, :, position:position + n + 1] = v[:, :, :n + 1]
+    return guess[:n] + [choice[n]]
 
 
 def autoregressive_reply(model, prompt: torch.Tensor, special: SpecialIds, max_new_tokens: int,

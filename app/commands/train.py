@@ -27,8 +27,8 @@ class DataOptions:
 # NOTE: block_length 1 (left to right, one token per pass): trained mostly on left-context predictions, the
 # shipped model committed wrong tokens far from the settled text when asked for 4 or 32 at once (see
 # docs/EMBEDDED_MODEL.md for the measured exact matches). cache "left" runs exactly the attention that training
-# taught (llm.generate.ModelDenoiser): a pass runs one token, not the whole canvas (LLM turn median 360 -> 107
-# ms on 20 held-out dialogues, same scores).
+# taught (llm.generate.left_reply): a pass runs the settled token and the drafter's guesses, not the whole canvas
+# (LLM turn median 360 -> 107 ms one token per pass, 45 ms with drafts, on 20 held-out dialogues, same scores).
 DECODING = {"max_new_tokens": AgentOptions.max_new_tokens, "block_length": 1, "threshold": 0.9, "cache": "left"}
 
 # Model sizes: "default" is the shipped checkpoint; "tiny" is for tests.
@@ -130,7 +130,7 @@ def run_training(profile, out_dir: Path, size: str, data: DataOptions, opts, ini
     model, summary = train(args, train_set, heldout_set, mask_id=tokenizer.token_to_id(chat.MASK), init_state=init_state,
                            pad_id=tokenizer.token_to_id(chat.PAD), stop_id=tokenizer.token_to_id(chat.END), opts=opts, log=tqdm.write,
                            on_eval=lambda m, step: save_parley(m, tokenizer, out_dir),  # a usable model at every eval
-                           copy_task=copy_task_for(train_set, tokenizer, data.response_len))
+                           copy_task=copy_task_for(train_set, tokenizer, data.response_len) if opts.copy_fraction else None)
     save_parley(model, tokenizer, out_dir)
     build_drafter(train_set, tokenizer.token_to_id(chat.END)).save(out_dir)
     summary.update(profile=profile.name, size=size, init=init, data=asdict(data), train=asdict(opts),
