@@ -96,12 +96,29 @@ class Block(nn.Module):
         self.up_proj = nn.Linear(d, args.mlp_hidden_size, bias=False)
         self.ff_out = nn.Linear(args.mlp_hidden_size, d, bias=False)
 
-    def attend(self, x, cos, sin, start_pos, cache_kv, kv_len, key_padding_mask, causal):
+    def project(self, x):
+        """Normed residual (B, T, d) -> q (B, H, T, D), k, v (B, Hkv, T, D), before rotary embedding."""
         B, T, _ = x.shape
         a = self.args
-        q = self.q_proj(x).view(B, T, a.n_heads, a.head_dim).transpose(1, 2)  # (B, H, T, D)
-        k = self.k_proj(x).view(B, T, a.n_kv_heads, a.head_dim).transpose(1, 2)  # (B, Hkv, T, D)
+        q = self.q_proj(x).view(B, T, a.n_heads, a.head_dim).transpose(1, 2)
+        k = self.k_proj(x).view(B, T, a.n_kv_heads, a.head_dim).transpose(1, 2)
         v = self.v_proj(x).view(B, T, a.n_kv_heads, a.head_dim).transpose(1, 2)
+        return q, k, v
+
+    def merge(self, y):
+        """Attention output (B, H, T, D) -> the residual update (B, T, d)."""
+        B, H, T, D = y.shape
+        return self.attn_out(y.transpose(1, 2).reshape(B, T, H * D))
+
+    def mlp(self, x):
+        """x + the SwiGLU feed-forward of its norm."""
+        h = self.ff_norm(x)
+        return x + self.ff_out(kernels.swiglu(self.ff_proj(h), self.up_proj(h)))
+
+    def attend(self, x, cos, sin, start_pos, cache_kv, kv_len, key_padding_mask, causal):
+        T = x.shape[1]
+        a = self.args
+        q, k, v = self.project(x)
         if a.rope_full_precision and q.dtype != torch.float32:
             q32, k32 = kernels.rope(q.float(), k.float(), cos.float(), sin.float())
             q, k = q32.to(q.dtype), k32.to(k.dtype)
@@ -117,12 +134,11 @@ class Block(nn.Module):
             y = causal_attention(q, k, v, start_pos)
         else:
             y = kernels.attention(q, k, v, key_padding_mask)  # (B, H, T, D)
-        return self.attn_out(y.transpose(1, 2).reshape(B, T, a.n_heads * a.head_dim))
+        return self.merge(y)
 
     def forward(self, x, cos, sin, start_pos=0, cache_kv=None, kv_len=None, key_padding_mask=None, causal=False):
         x = x + self.attend(self.attn_norm(x), cos, sin, start_pos, cache_kv, kv_len, key_padding_mask, causal)
-        h = self.ff_norm(x)
-        return x + self.ff_out(kernels.swiglu(self.ff_proj(h), self.up_proj(h)))
+        return self.mlp(x)
 
 
 def rope_tables(args: ModelArgs, device=None):
@@ -199,16 +215,12 @@ class Transformer(nn.Module):
         of the chunk for each layer], for the caller to write where it chooses).
         """
         a = self.args
-        B, T = ids.shape
         cos, sin = self.rope_cos[positions][:, None], self.rope_sin[positions][:, None]  # (B, 1, T, D)
         groups = a.n_heads // a.n_kv_heads
         x = self.transformer.wte(ids)  # (B, T, d_model)
         chunk_kv = []
         for i, block in enumerate(self.transformer.blocks):
-            h = block.attn_norm(x)
-            q = block.q_proj(h).view(B, T, a.n_heads, a.head_dim).transpose(1, 2)  # (B, H, T, D)
-            k = block.k_proj(h).view(B, T, a.n_kv_heads, a.head_dim).transpose(1, 2)  # (B, Hkv, T, D)
-            v = block.v_proj(h).view(B, T, a.n_kv_heads, a.head_dim).transpose(1, 2)
+            q, k, v = block.project(block.attn_norm(x))
             q, k = kernels.rope_ref(q, k, cos, sin)
             chunk_kv.append((k, v))
             if past is not None and past_len:
@@ -217,9 +229,7 @@ class Transformer(nn.Module):
             if groups > 1:
                 k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed[:, None])  # (B, H, T, D)
-            x = x + block.attn_out(y.transpose(1, 2).reshape(B, T, a.n_heads * a.head_dim))
-            h = block.ff_norm(x)
-            x = x + block.ff_out(kernels.swiglu(block.ff_proj(h), block.up_proj(h)))
+            x = block.mlp(x + block.merge(y))
         return x, chunk_kv
 
     def head(self, x: torch.Tensor) -> torch.Tensor:

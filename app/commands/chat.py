@@ -5,6 +5,7 @@ import sys
 from app.agent import agent_options_for
 from app.commands.common import add_model_flags, settings_from
 
+
 def register(subparsers) -> None:
     p = subparsers.add_parser("chat", help="talk to the agent in text, one line per turn")
     p.add_argument("--json", action="store_true",

@@ -75,12 +75,11 @@ def build_data(profile, data: DataOptions, seed: int, tokenizer=None):
 
 
 def build_drafter(train_set, end_id: int):
-    """The n-gram table of the training replies (each opened by its prompt's last 3 tokens, cut after <|end|>)
-    that the left sampler's drafter walks (llm/drafter.py)."""
+    """The n-gram table of the training replies (each opened by its prompt's last 3 tokens, cut after <|end|>,
+    which encode_examples always pads with) that the left sampler's drafter walks (llm/drafter.py)."""
     from llm.drafter import Drafter
 
-    return Drafter.build(e.prompt[-3:] + e.response[:e.response.index(end_id) + 1] if end_id in e.response
-                         else e.prompt[-3:] + e.response for e in train_set)
+    return Drafter.build(e.prompt[-3:] + e.response[:e.response.index(end_id) + 1] for e in train_set)
 
 
 def write_drafter(profile, out_dir: Path, data: DataOptions, seed: int) -> Path:
