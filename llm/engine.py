@@ -119,7 +119,8 @@ class Engine:
         if opts.cache == "left":
             decoded = left_reply(self.model, prompt, self.special, opts, self.drafter, on_block=settled, cancel=cancel)
         else:
-            denoise = ModelDenoiser(self.model, len(prompt_ids) + opts.max_new_tokens, opts.cache, opts.refresh_passes)
+            denoise = ModelDenoiser(self.model, len(prompt_ids) + opts.max_new_tokens, opts.cache, opts.refresh_passes,
+                                    prompt_len=len(prompt_ids))
             decoded = denoise_reply(denoise, prompt, self.special, opts, on_block=settled, cancel=cancel,
                                     generator=generator)
         tail = stream.push([], final=True)  # a held-back partial character, if the reply ended on one

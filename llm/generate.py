@@ -71,13 +71,17 @@ Denoiser = Callable[[torch.Tensor, int, int, int], torch.Tensor]
 class ModelDenoiser:
     """Block logits from a Transformer: a full pass fills the KV cache, later passes recompute only part."""
 
-    def __init__(self, model, canvas_len: int, cache: str = "prefix", refresh_passes: int = 0):
+    def __init__(self, model, canvas_len: int, cache: str = "prefix", refresh_passes: int = 0, prompt_len: int = 0):
         self.model = model
+        self.prompt_len = prompt_len  # a copy head points into canvas[:prompt_len] (required then)
+        self.source = None  # the copy head's source, from the latest full pass
         self.mode = cache
         self.refresh_passes = refresh_passes
         self.shift = int(model.args.shift_logits)  # raw row i - shift holds the logits of token i
         if cache == "left":
             raise ValueError("cache='left' is left_reply's, not a block denoiser's")
+        if model.args.copy_head_dim and prompt_len < 1:
+            raise ValueError("a model with a copy head needs prompt_len, the positions it copies from")
         self.cache = None if cache == "none" else model.new_cache(1, canvas_len)
 
     def __call__(self, canvas, block_start, block_end, pass_in_block):
@@ -85,7 +89,9 @@ class ModelDenoiser:
         full = (self.cache is None or pass_in_block == 0
                 or (self.refresh_passes and pass_in_block % self.refresh_passes == 0))
         if full:
-            hidden = self.model.trunk(canvas, 0, self.cache)[:, lo:hi]  # (1, L, d)
+            hidden = self.model.trunk(canvas, 0, self.cache)
+            self.source = self.model.copy_source(hidden[:, :self.prompt_len], canvas[:, :self.prompt_len])
+            hidden = hidden[:, lo:hi]  # (1, L, d)
         elif self.mode == "prefix":
             # the block and everything after it, attending to the cached prefix
             hidden = self.model.trunk(canvas[:, lo:], lo, self.cache)[:, :hi - lo]
@@ -93,7 +99,7 @@ class ModelDenoiser:
             # dual: only the block (and Dream's one row before it), attending to cached keys on both sides
             hidden = self.model.trunk(canvas[:, lo:block_end], lo, self.cache, kv_len=canvas.shape[1])
             hidden = hidden[:, :hi - lo]
-        return self.model.head(hidden)[0]  # (L, V)
+        return self.model.head(hidden, self.source)[0]  # (L, V)
 
 
 def score(logits: torch.Tensor, mask_id: int, temperature: float = 0.0, generator=None):
@@ -215,8 +221,10 @@ def left_reply(model, prompt: torch.Tensor, special: SpecialIds, opts: DecodeOpt
     canvas = torch.full((1, total), special.mask, dtype=torch.long, device=prompt.device)
     canvas[0, :n_prompt] = prompt
     cache = model.new_cache(1, total)
-    hidden = model.trunk(canvas, 0, cache)[:, n_prompt - 1:n_prompt]  # the last prompt row: token n_prompt
-    new = [kernels.confidence_argmax(model.head(hidden)[0], special.mask)[0].item()]
+    hidden = model.trunk(canvas, 0, cache)[:, :n_prompt]
+    source = model.copy_source(hidden, prompt[None])  # what a copy head points into (None without one)
+    last_row = model.head(hidden[:, -1:], source)[0]  # the last prompt row holds token n_prompt
+    new = [kernels.confidence_argmax(last_row, special.mask)[0].item()]
     context, tokens, passes = prompt.tolist(), [], 1
     while True:
         new = new[:opts.max_new_tokens - len(tokens)]
@@ -233,11 +241,11 @@ def left_reply(model, prompt: torch.Tensor, special: SpecialIds, opts: DecodeOpt
             return Decoded(tokens, passes, "cancelled")
         last = n_prompt + len(tokens) - 1  # the position of the token settled last
         guess = drafter.propose(context, min(opts.draft_tokens, total - 2 - last)) if drafter else []
-        new = _verify(model, cache, tokens[-1], last, guess, special.mask)
+        new = _verify(model, cache, source, tokens[-1], last, guess, special.mask)
         passes += 1
 
 
-def _verify(model, cache, token: int, position: int, guess: list[int], mask_id: int) -> list[int]:
+def _verify(model, cache, source, token: int, position: int, guess: list[int], mask_id: int) -> list[int]:
     """One left pass: `token` at `position`, then the guesses after it -> the matching guesses and one token more.
 
     Row r sees every cached key but the masks at position .. position + r (the chunk's rows up to r replace
@@ -251,7 +259,7 @@ def _verify(model, cache, token: int, position: int, guess: list[int], mask_id: 
     allowed = torch.cat([(cols < position) | (cols > position + rows), cols[:, :m] <= rows], dim=1)  # (m, T + m)
     positions = torch.arange(position, position + m, device=device)[None]
     hidden, chunk_kv = model.trunk_masked(chunk, positions, allowed[None], cache, total)
-    choice = kernels.confidence_argmax(model.head(hidden)[0], mask_id)[0].tolist()  # (m,)
+    choice = kernels.confidence_argmax(model.head(hidden, source)[0], mask_id)[0].tolist()  # (m,)
     n = 0
     while n < len(guess) and guess[n] == choice[n]:
         n += 1
@@ -270,10 +278,12 @@ def autoregressive_reply(model, prompt: torch.Tensor, special: SpecialIds, max_n
     """
     n_prompt = prompt.numel()
     cache = model.new_cache(1, n_prompt + max_new_tokens)
-    hidden = model.trunk(prompt[None], 0, cache, causal=True)[:, -1:]  # (1, 1, d)
+    hidden = model.trunk(prompt[None], 0, cache, causal=True)
+    source = model.copy_source(hidden, prompt[None])
+    hidden = hidden[:, -1:]  # (1, 1, d)
     tokens = []
     for pos in range(n_prompt, n_prompt + max_new_tokens):
-        token, _ = kernels.confidence_argmax(model.head(hidden)[0], special.mask)  # (1,)
+        token, _ = kernels.confidence_argmax(model.head(hidden, source)[0], special.mask)  # (1,)
         token_id = token.item()
         if stop_at_eos and token_id in special.stop:
             return Decoded(tokens, len(tokens) + 1, "eos")

@@ -29,6 +29,7 @@ class ModelArgs:
     weight_tying: bool = False       # output head shares the embedding matrix
     shift_logits: bool = False       # Dream: raw logit i predicts token i+1; forward() realigns it
     rope_full_precision: bool = False  # LLaDA: rotate q, k in fp32 even when the model runs in bf16
+    copy_head_dim: int = 0           # Parley: > 0 adds a CopyHead of this width (a pointer into the prompt)
 
     def __post_init__(self):
         if self.d_model % self.n_heads or self.n_heads % self.n_kv_heads:
@@ -37,6 +38,8 @@ class ModelArgs:
                 f"and n_heads by n_kv_heads={self.n_kv_heads}")
         if self.head_dim % 2:
             raise ValueError(f"head_dim={self.head_dim} must be even for rotary embeddings")
+        if self.copy_head_dim < 0:
+            raise ValueError(f"copy_head_dim={self.copy_head_dim} must be >= 0 (0: no copy head)")
 
     @property
     def head_dim(self) -> int:
@@ -141,6 +144,51 @@ class Block(nn.Module):
         return self.mlp(x)
 
 
+@dataclass
+class CopySource:
+    """What a CopyHead points into: keys (B, S, copy_head_dim) and token ids (B, S) of the source positions
+    (the prompt), valid (B, S) bool (False: never pointed at, e.g. padding or the reply), or None for all."""
+    keys: torch.Tensor
+    ids: torch.Tensor
+    valid: torch.Tensor | None = None
+
+
+class CopyHead(nn.Module):
+    """A pointer into the prompt, mixed with the vocabulary head (the pointer-generator of See et al., 2017).
+
+    p(token) = g * softmax(vocabulary logits) + (1 - g) * (attention of the row on the prompt positions holding
+    that token), g = sigmoid(gate(row)). A prompt position's key reads its final hidden state and the embedding of
+    the token before it, so "the token that followed the one I just wrote" is a key the query can match directly.
+    NOTE: without it the embedded model never learned to copy: teacher-forced on held-out tool calls the caller's
+    name was 3-10% right (the JSON around it 98%), after 3000 steps and with a synthetic copy task.
+    """
+
+    def __init__(self, args: ModelArgs):
+        super().__init__()
+        d, c = args.d_model, args.copy_head_dim
+        self.query = nn.Linear(d, c, bias=False)
+        self.key = nn.Linear(d, c, bias=False)
+        self.prev_key = nn.Linear(d, c, bias=False)  # on the (normalized) embedding of the previous token
+        self.gate = nn.Linear(d, 1)
+
+    def keys(self, normed, prev_embedding):
+        """Final-normed hidden states and previous tokens' embeddings (B, S, d) -> keys (B, S, copy_head_dim)."""
+        return self.key(normed) + self.prev_key(F.rms_norm(prev_embedding, prev_embedding.shape[-1:]))
+
+    def mix(self, normed, logits, source: CopySource):
+        """Rows (B, T, d) and their vocabulary logits (B, T, V) -> log-probabilities (B, T, V) fp32."""
+        B, T, V = logits.shape
+        scores = self.query(normed) @ source.keys.transpose(1, 2) / math.sqrt(source.keys.shape[-1])  # (B, T, S)
+        if source.valid is not None:
+            scores = scores.masked_fill(~source.valid[:, None], float("-inf"))
+        pointer = torch.softmax(scores.float(), dim=-1)
+        copied = torch.zeros((B, T, V), device=logits.device).scatter_add_(
+            2, source.ids[:, None].expand(B, T, -1), pointer)  # (B, T, V): the pointer's mass per token
+        g = torch.sigmoid(self.gate(normed).float())  # (B, T, 1)
+        p = g * torch.softmax(logits.float(), dim=-1) + (1 - g) * copied
+        return p.clamp_min(1e-12).log()  # clamp, not an epsilon: no gradient through log(0)
+
+
 def rope_tables(args: ModelArgs, device=None):
     """cos, sin (max_sequence_length, head_dim) fp32, rotate-half layout (each frequency twice)."""
     hd = args.head_dim
@@ -162,6 +210,8 @@ class Transformer(nn.Module):
         ))
         if not args.weight_tying:
             self.transformer["ff_out"] = nn.Linear(args.d_model, args.vocab_size, bias=False)
+        if args.copy_head_dim:
+            self.transformer["copy"] = CopyHead(args)
         self.reset_rope()
 
     def reset_rope(self, device=None):
@@ -232,16 +282,42 @@ class Transformer(nn.Module):
             x = block.mlp(x + block.merge(y))
         return x, chunk_kv
 
-    def head(self, x: torch.Tensor) -> torch.Tensor:
-        """Residual stream (B, T, d_model) -> raw logits (B, T, V) (Dream's still shifted by one)."""
+    def copy_source(self, hidden, ids, valid=None) -> CopySource | None:
+        """The copy head's source from the residual stream (B, S, d_model) of positions 0.. holding ids (B, S);
+        valid (B, S) bool marks those it may point at (default all). None for a model without a copy head."""
+        if not self.args.copy_head_dim:
+            return None
+        prev = self.transformer.wte(ids[:, :-1])  # (B, S - 1, d): position j's key reads token j - 1
+        prev = torch.cat([torch.zeros_like(prev[:, :1]).expand(ids.shape[0], 1, -1), prev], dim=1)
+        keys = self.transformer.copy.keys(self.transformer.ln_f(hidden), prev)
+        return CopySource(keys, ids, valid)
+
+    def head(self, x: torch.Tensor, source: CopySource | None = None) -> torch.Tensor:
+        """Residual stream (B, T, d_model) -> raw logits (B, T, V) (Dream's still shifted by one).
+
+        With a copy head (and its source, from copy_source), log-probabilities of the mixture instead: softmax
+        and argmax read them as they read logits.
+        """
         x = self.transformer.ln_f(x)
         if self.args.weight_tying:
-            return F.linear(x, self.transformer.wte.weight)
-        return self.transformer.ff_out(x)
+            logits = F.linear(x, self.transformer.wte.weight)
+        else:
+            logits = self.transformer.ff_out(x)
+        if not self.args.copy_head_dim:
+            return logits
+        if source is None:
+            raise ValueError("this model has a copy head: head() needs the prompt's copy_source()")
+        return self.transformer.copy.mix(x, logits, source)
 
-    def forward(self, ids: torch.Tensor, key_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
-        """ids (B, T) int64 -> logits (B, T, V), logit i for token i for every model family."""
-        logits = self.head(self.trunk(ids, key_padding_mask=key_padding_mask))
+    def forward(self, ids: torch.Tensor, key_padding_mask: torch.Tensor | None = None,
+                copy_from: torch.Tensor | None = None) -> torch.Tensor:
+        """ids (B, T) int64 -> logits (B, T, V), logit i for token i for every model family.
+
+        copy_from (B, T) bool: the positions a copy head may point at (default: every one key_padding_mask keeps).
+        """
+        hidden = self.trunk(ids, key_padding_mask=key_padding_mask)
+        source = self.copy_source(hidden, ids, key_padding_mask if copy_from is None else copy_from)
+        logits = self.head(hidden, source)
         if self.args.shift_logits:
             logits = torch.cat([logits[:, :1], logits[:, :-1]], dim=1)  # raw i predicts token i+1
         return logits

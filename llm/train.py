@@ -135,10 +135,12 @@ def length_grouped_batches(examples: list[Example], batch_size: int, generator, 
                 yield [examples[i] for i in groups[g]]
 
 
-def forward_with_mask(model: Transformer, ids, positions, allowed) -> torch.Tensor:
+def forward_with_mask(model: Transformer, ids, positions, allowed, copy_from=None) -> torch.Tensor:
     """The model's raw logits with an explicit attention mask: ids, positions (B, T), allowed (B, T, T) bool (query,
-    key) True = attend. The same weights and function as Transformer.forward, which is the all-True case."""
-    return model.head(model.trunk_masked(ids, positions, allowed)[0])
+    key) True = attend; copy_from (B, T) bool: what a copy head may point at (default all). The same weights and
+    function as Transformer.forward, which is the all-True case."""
+    hidden = model.trunk_masked(ids, positions, allowed)[0]
+    return model.head(hidden, model.copy_source(hidden, ids, copy_from))
 
 
 def left_context_batch(batch: list[Example], pad_id: int, mask_id: int, stop_id: int | None = None,
@@ -150,7 +152,8 @@ def left_context_batch(batch: list[Example], pad_id: int, mask_id: int, stop_id:
     few tokens after the first stop_id. The last prompt row predicts the first token, clean row j the token
     after it. The prompt sees itself and the masks; clean token j sees the prompt, the clean tokens up to j and
     the masks after j; the masks see the prompt and the masks. No row sees a token it (or a row it sees) predicts.
-    -> ids, positions (B, T), allowed (B, T, T), targets (B, T) (-100 where no loss), lengths (B,).
+    -> ids, positions (B, T), allowed (B, T, T), targets (B, T) (-100 where no loss), lengths (B,), is_prompt (B, T)
+    (what a copy head points into).
     """
     lengths = [min(len(e.response), e.response.index(stop_id) + 1 + extra_stops) if stop_id in e.response
                else len(e.response) for e in batch]
@@ -159,6 +162,7 @@ def left_context_batch(batch: list[Example], pad_id: int, mask_id: int, stop_id:
     positions = torch.zeros((len(batch), T), dtype=torch.long)
     allowed = torch.eye(T, dtype=torch.bool).repeat(len(batch), 1, 1)  # padding rows attend to themselves only
     targets = torch.full((len(batch), T), -100, dtype=torch.long)
+    is_prompt = torch.zeros((len(batch), T), dtype=torch.bool)
     for b, (e, L) in enumerate(zip(batch, lengths)):
         P, C = len(e.prompt), len(e.response)
         clean, masks = slice(P, P + L), slice(P + L, P + L + C)
@@ -172,15 +176,23 @@ def left_context_batch(batch: list[Example], pad_id: int, mask_id: int, stop_id:
         allowed[b, clean, masks] = ~settled  # settled tokens see the masks after them, as in the sampler
         allowed[b, masks, masks] = True
         targets[b, P - 1:P + L - 1] = torch.tensor(e.response[:L])  # row r predicts the token at r + 1
-    return ids, positions, allowed, targets, torch.tensor(lengths)
+        is_prompt[b, :P] = True
+    return ids, positions, allowed, targets, torch.tensor(lengths), is_prompt
 
 
 def left_context_loss(model: Transformer, batch: list[Example], pad_id: int, mask_id: int,
                       stop_id: int | None = None) -> torch.Tensor:
     """Mean over sequences of the mean cross-entropy of every response token given the settled ones before it."""
-    ids, positions, allowed, targets, lengths = left_context_batch(batch, pad_id, mask_id, stop_id)
-    logits = forward_with_mask(model, ids, positions, allowed)  # (B, T, V) raw rows
-    ce = F.cross_entropy(logits.transpose(1, 2), targets, reduction="none")  # (B, T), 0 where ignored
+    ids, positions, allowed, targets, lengths, is_prompt = left_context_batch(batch, pad_id, mask_id, stop_id)
+    hidden = model.trunk_masked(ids, positions, allowed)[0]  # (B, T, d)
+    # the head only on the rows with a target (the last prompt row and the clean ones before the last): the
+    # output layers cost per row, and a copy head's mixture is (rows, vocabulary) wide
+    prompt_len = is_prompt.sum(1)
+    rows = (prompt_len[:, None] - 1 + torch.arange(int(lengths.max()))).clamp(max=ids.shape[1] - 1)  # (B, R)
+    S = int(prompt_len.max())
+    source = model.copy_source(hidden[:, :S], ids[:, :S], is_prompt[:, :S])
+    logits = model.head(hidden.gather(1, rows[..., None].expand(-1, -1, hidden.shape[-1])), source)  # (B, R, V)
+    ce = F.cross_entropy(logits.transpose(1, 2), targets.gather(1, rows), reduction="none")  # (B, R), 0: no target
     return (ce.sum(1) / lengths).mean()
 
 
@@ -197,7 +209,7 @@ def masked_diffusion_loss(model: Transformer, ids, is_response, attend, mask_id:
         noise = torch.where(suffix[:, None], 1 - rank - 1e-6, noise)  # the last t of the response falls below t
     masked = is_response & (noise < ratio[:, None])
     noisy = torch.where(masked, torch.full_like(ids, mask_id), ids)
-    logits = model(noisy, key_padding_mask=attend)  # (B, T, V)
+    logits = model(noisy, key_padding_mask=attend, copy_from=attend & ~is_response)  # (B, T, V); copy the prompt
     ce = F.cross_entropy(logits[masked], ids[masked], reduction="none")  # (n_masked,)
     weight = (1.0 / ratio)[:, None].expand_as(ids)[masked]  # 1/t of each masked token's sequence
     lengths = is_response.sum(1).clamp(min=1)[:, None].expand_as(ids)[masked].float()

@@ -156,7 +156,11 @@ def test_cancel_stops_between_passes():
     assert decoded.stopped == "cancelled" and len(blocks) == 1 and decoded.tokens == blocks[0]
 
 
-@pytest.mark.parametrize("writer", [write_parley, write_dream])
+def write_parley_with_copy_head(directory):
+    return write_parley(directory, copy_head_dim=16)
+
+
+@pytest.mark.parametrize("writer", [write_parley, write_dream, write_parley_with_copy_head])
 @pytest.mark.parametrize("mode", ["prefix", "dual"])
 def test_cache_refreshed_every_pass_equals_uncached(tmp_path, writer, mode):
     writer(tmp_path)
@@ -164,9 +168,10 @@ def test_cache_refreshed_every_pass_equals_uncached(tmp_path, writer, mode):
     prompt = torch.tensor([7, 30, 100, 21, 5, 64, 9, 200])
     opts = DecodeOptions(max_new_tokens=24, block_length=8, threshold=0.05, stop_at_eos=False)
     with torch.inference_mode():
-        plain = denoise_reply(ModelDenoiser(model, 32, "none"), prompt, SPECIAL_FOR(model), opts)
-        refreshed = denoise_reply(ModelDenoiser(model, 32, mode, refresh_passes=1), prompt, SPECIAL_FOR(model), opts)
-        cached = denoise_reply(ModelDenoiser(model, 32, mode), prompt, SPECIAL_FOR(model), opts)
+        plain = denoise_reply(ModelDenoiser(model, 32, "none", prompt_len=8), prompt, SPECIAL_FOR(model), opts)
+        refreshed = denoise_reply(ModelDenoiser(model, 32, mode, refresh_passes=1, prompt_len=8), prompt,
+                                  SPECIAL_FOR(model), opts)
+        cached = denoise_reply(ModelDenoiser(model, 32, mode, prompt_len=8), prompt, SPECIAL_FOR(model), opts)
     assert refreshed.tokens == plain.tokens and refreshed.passes == plain.passes
     assert len(cached.tokens) == 24  # the stale cache may choose differently, but it must run
 
@@ -190,8 +195,8 @@ def test_cached_partial_pass_reads_the_cache(tmp_path):
             assert (stale - model(canvas.roll(3, dims=1))[0, 12:20]).abs().max() > 1e-3
 
 
-def left_model(tmp_path):
-    write_parley(tmp_path, shift_logits=True)
+def left_model(tmp_path, copy_head_dim=0):
+    write_parley(tmp_path, shift_logits=True, copy_head_dim=copy_head_dim)
     return llm.load(tmp_path).model
 
 
@@ -205,21 +210,22 @@ def left(model, drafter=None, **options):
         return left_reply(model, LEFT_PROMPT, SPECIAL_FOR(model), opts, drafter)
 
 
-def test_left_cache_decodes_what_left_context_training_predicts(tmp_path):
+@pytest.mark.parametrize("copy_head_dim", [0, 16])
+def test_left_cache_decodes_what_left_context_training_predicts(tmp_path, copy_head_dim):
     """cache="left" is exact: each greedy token is the argmax of its row in the training layout (llm.train)."""
     from llm.train import Example, forward_with_mask, left_context_batch
 
-    model = left_model(tmp_path)
+    model = left_model(tmp_path, copy_head_dim)
     decoded = left(model)
     assert decoded.passes == 16 and len(decoded.tokens) == 16
     with torch.inference_mode():
-        ids, positions, allowed, _, _ = left_context_batch([Example(LEFT_PROMPT.tolist(), decoded.tokens)],
-                                                           pad_id=0, mask_id=SPECIAL_FOR(model).mask)
-        logits = forward_with_mask(model, ids, positions, allowed)[0, 7:7 + 16]  # rows predicting tokens 0..15
+        ids, positions, allowed, _, _, is_prompt = left_context_batch([Example(LEFT_PROMPT.tolist(), decoded.tokens)],
+                                                                   pad_id=0, mask_id=SPECIAL_FOR(model).mask)
+        logits = forward_with_mask(model, ids, positions, allowed, is_prompt)[0, 7:7 + 16]  # predict tokens 0..15
         logits[:, SPECIAL_FOR(model).mask] = float("-inf")
         assert logits.argmax(-1).tolist() == decoded.tokens
         # the in-place canvas decoded the usual (bidirectional) way differs: the mode is not a relabelling
-        plain = denoise_reply(ModelDenoiser(model, 24, "none"), LEFT_PROMPT, SPECIAL_FOR(model),
+        plain = denoise_reply(ModelDenoiser(model, 24, "none", prompt_len=8), LEFT_PROMPT, SPECIAL_FOR(model),
                               DecodeOptions(max_new_tokens=16, block_length=1, cache="none", stop_at_eos=False))
         assert plain.tokens != decoded.tokens
 
@@ -239,9 +245,9 @@ class Guesser:
         return (good + bad)[:k]
 
 
-@pytest.mark.parametrize("right, wrong", [(0, 3), (2, 2), (5, 0), (16, 0)])
-def test_left_drafts_change_the_passes_never_the_reply(tmp_path, right, wrong):
-    model = left_model(tmp_path)
+@pytest.mark.parametrize("right, wrong, copy_head_dim", [(0, 3, 0), (2, 2, 0), (5, 0, 0), (16, 0, 0), (2, 2, 16)])
+def test_left_drafts_change_the_passes_never_the_reply(tmp_path, right, wrong, copy_head_dim):
+    model = left_model(tmp_path, copy_head_dim)
     plain = left(model)
     guesser = Guesser(plain.tokens, LEFT_PROMPT.numel(), right, wrong, model.args.vocab_size)
     drafted = left(model, guesser, draft_tokens=16)

@@ -28,7 +28,8 @@ def test_loss_masks_only_the_response_and_weights_by_one_over_t():
     assert is_response[:, :6].sum() == 0 and is_response[:, 6:].all()
     ratio = torch.full((4,), 1.0)
     full = masked_diffusion_loss(model, ids, is_response, attend, mask_id=1, ratio=ratio)
-    logits = model(torch.where(is_response, torch.ones_like(ids), ids), key_padding_mask=attend)
+    logits = model(torch.where(is_response, torch.ones_like(ids), ids), key_padding_mask=attend,
+                   copy_from=attend & ~is_response)  # the copy head points into the prompt only
     expected = torch.nn.functional.cross_entropy(logits[is_response], ids[is_response])  # t = 1: plain mean CE
     assert torch.allclose(full, expected, atol=1e-5)
 
@@ -79,7 +80,7 @@ def test_front_desk_pipeline_writes_a_loadable_checkpoint(tmp_path):
     assert ({"config.json", "model.safetensors", "tokenizer.json", "training.json", "drafter.json"}
             <= {p.name for p in tmp_path.iterdir()})
     engine = llm.load(tmp_path, device="cpu")
-    assert engine.model.args.shift_logits  # saved and read back
+    assert engine.model.args.shift_logits and engine.model.args.copy_head_dim == 16  # saved and read back
     # the drafter's table knows the training replies: after "<|assistant|>" it guesses a reply's opening
     assert engine.drafter.table and engine.drafter.propose(engine.prompt_ids([{"role": "user", "content": "Hi."}]), 4)
     gen = engine.generate([{"role": "user", "content": "Hello."}], max_new_tokens=8, block_length=8)
@@ -93,7 +94,7 @@ def test_left_context_layout_sees_nothing_it_must_predict():
     from llm.train import left_context_batch
 
     batch = [Example([10, 11, 12], [20, 21, 2, 2, 2, 2]), Example([10, 11], [30, 2, 2, 2, 2, 2])]
-    ids, positions, allowed, targets, lengths = left_context_batch(batch, pad_id=0, mask_id=1, stop_id=2,
+    ids, positions, allowed, targets, lengths, is_prompt = left_context_batch(batch, pad_id=0, mask_id=1, stop_id=2,
                                                                    extra_stops=1)
     assert lengths.tolist() == [4, 3]  # the reply, its stop token and one more
     for b, e in enumerate(batch):
@@ -120,8 +121,24 @@ def test_forward_with_an_all_true_mask_is_the_model_forward():  # raw rows: not 
     ids, _, attend = collate(toy_examples(3, 2), pad_id=0)
     T = ids.shape[1]
     allowed = attend[:, None, :].expand(3, T, T)
-    got = forward_with_mask(model, ids, torch.arange(T).expand(3, T), allowed)
-    assert torch.allclose(got, model.head(model.trunk(ids, key_padding_mask=attend)), atol=1e-5)
+    got = forward_with_mask(model, ids, torch.arange(T).expand(3, T), allowed, attend)
+    hidden = model.trunk(ids, key_padding_mask=attend)
+    assert torch.allclose(got, model.head(hidden, model.copy_source(hidden, ids, attend)), atol=1e-5)
+
+
+def test_left_context_loss_is_the_mean_cross_entropy_of_the_rows_with_a_target():
+    """The loss runs the head on the target rows only; the same number as the head on every row."""
+    from llm.model import Transformer
+    from llm.train import forward_with_mask, left_context_batch, left_context_loss
+
+    torch.manual_seed(0)
+    model = Transformer(TINY)
+    batch = [Example([10, 11, 12, 13], [20, 21, 2, 2, 2]), Example([10, 11], [30, 31, 32, 2, 2])]
+    ids, positions, allowed, targets, lengths, is_prompt = left_context_batch(batch, 0, 1, 2)
+    logits = forward_with_mask(model, ids, positions, allowed, is_prompt)  # (B, T, V)
+    ce = torch.nn.functional.cross_entropy(logits.transpose(1, 2), targets, reduction="none")
+    expected = (ce.sum(1) / lengths).mean()
+    assert torch.allclose(left_context_loss(model, batch, 0, 1, 2), expected, atol=1e-5)
 
 
 def test_copy_task_examples_repeat_a_span_of_the_callers_words():

@@ -36,8 +36,10 @@ DECODING = {"max_new_tokens": AgentOptions.max_new_tokens, "block_length": 1, "t
 # trains about as fast as a left-to-right model. NOTE: without it, held-out next-token accuracy was 27% after
 # 300 steps, against 76% for the same network trained left to right.
 SIZES = {
-    "default": dict(d_model=192, n_layers=4, n_heads=4, n_kv_heads=4, mlp_hidden_size=512, shift_logits=True),
-    "tiny": dict(d_model=32, n_layers=2, n_heads=2, n_kv_heads=2, mlp_hidden_size=64, shift_logits=True),
+    "default": dict(d_model=192, n_layers=4, n_heads=4, n_kv_heads=4, mlp_hidden_size=512, shift_logits=True,
+                    copy_head_dim=64),
+    "tiny": dict(d_model=32, n_layers=2, n_heads=2, n_kv_heads=2, mlp_hidden_size=64, shift_logits=True,
+                 copy_head_dim=16),
 }
 
 
