@@ -128,15 +128,17 @@ def run_training(profile, out_dir: Path, size: str, data: DataOptions, opts, ini
                                                     max_sequence_length=1024)
     assert longest <= args.max_sequence_length
     init_state = {k: v.float() for k, v in start.model.state_dict().items()} if start else None
+    # how to decode it and the drafter's table first: the checkpoint saved at every evaluation is then complete
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "generation_config.json").write_text(json.dumps(DECODING, indent=2) + "\n", encoding="utf-8")
+    build_drafter(train_set, tokenizer.token_to_id(chat.END)).save(out_dir)
     model, summary = train(args, train_set, heldout_set, mask_id=tokenizer.token_to_id(chat.MASK), init_state=init_state,
                            pad_id=tokenizer.token_to_id(chat.PAD), stop_id=tokenizer.token_to_id(chat.END), opts=opts, log=tqdm.write,
                            on_eval=lambda m, step: save_parley(m, tokenizer, out_dir),  # a usable model at every eval
                            copy_task=copy_task_for(train_set, tokenizer, data.response_len) if opts.copy_fraction else None)
     save_parley(model, tokenizer, out_dir)
-    build_drafter(train_set, tokenizer.token_to_id(chat.END)).save(out_dir)
     summary.update(profile=profile.name, size=size, init=init, data=asdict(data), train=asdict(opts),
                    parameters=sum(p.numel() for p in model.parameters()), train_examples=len(train_set))
-    (out_dir / "generation_config.json").write_text(json.dumps(DECODING, indent=2) + "\n", encoding="utf-8")
     (out_dir / "training.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     return summary
 
