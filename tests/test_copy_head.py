@@ -17,6 +17,7 @@ def model_with_gate(bias: float) -> Transformer:
     model.init_weights(std=0.2)
     with torch.no_grad():
         model.transformer.copy.gate.weight.zero_()
+        model.transformer.copy.copy_gate.weight.zero_()
         model.transformer.copy.gate.bias.fill_(bias)
     return model.eval()
 

@@ -87,6 +87,8 @@ def test_front_desk_pipeline_writes_a_loadable_checkpoint(tmp_path):
     assert gen.passes >= 1 and summary["train_examples"] > 60
     tokenizer, train_set, _ = build_data(load_profile(None), data, seed=0)
     end = tokenizer.token_to_id(chat.END)
+    run_training(load_profile(None), tmp_path / "plain", "tiny", data, opts, copy_head_dim=0)
+    assert llm.load(tmp_path / "plain", device="cpu").model.args.copy_head_dim == 0  # a model without the head
     assert all(e.response[-1] == end and len(e.response) <= data.response_len for e in train_set)
 
 

@@ -108,10 +108,12 @@ def copy_task_for(train_set, tokenizer, response_len: int):
     return CopyTask(text, [user], [end, assistant], end, response_len)
 
 
-def run_training(profile, out_dir: Path, size: str, data: DataOptions, opts, init: str | None = None) -> dict:
+def run_training(profile, out_dir: Path, size: str, data: DataOptions, opts, init: str | None = None,
+                 copy_head_dim: int | None = None) -> dict:
     """The whole pipeline; writes the checkpoint to out_dir and returns the summary.
 
     init: a parley checkpoint directory to continue from (its tokenizer and weights; `size` is then ignored).
+    copy_head_dim: the copy head's width instead of the size's (0: none; llm.model.CopyHead).
     """
     from tqdm import tqdm
 
@@ -124,7 +126,8 @@ def run_training(profile, out_dir: Path, size: str, data: DataOptions, opts, ini
     start = llm.load(init, device="cpu") if init else None
     tokenizer, train_set, heldout_set = build_data(profile, data, opts.seed, start.tokenizer if start else None)
     longest = max(len(e.prompt) + len(e.response) for e in train_set + heldout_set)  # rope positions
-    args = start.model.args if start else ModelArgs(**SIZES[size], vocab_size=tokenizer.get_vocab_size(),
+    fields = {**SIZES[size], **({} if copy_head_dim is None else {"copy_head_dim": copy_head_dim})}
+    args = start.model.args if start else ModelArgs(**fields, vocab_size=tokenizer.get_vocab_size(),
                                                     max_sequence_length=1024)
     assert longest <= args.max_sequence_length
     init_state = {k: v.float() for k, v in start.model.state_dict().items()} if start else None
@@ -137,8 +140,9 @@ def run_training(profile, out_dir: Path, size: str, data: DataOptions, opts, ini
                            on_eval=lambda m, step: save_parley(m, tokenizer, out_dir),  # a usable model at every eval
                            copy_task=copy_task_for(train_set, tokenizer, data.response_len) if opts.copy_fraction else None)
     save_parley(model, tokenizer, out_dir)
-    summary.update(profile=profile.name, size=size, init=init, data=asdict(data), train=asdict(opts),
-                   parameters=sum(p.numel() for p in model.parameters()), train_examples=len(train_set))
+    summary.update(profile=profile.name, size=size, init=init, copy_head_dim=model.args.copy_head_dim,
+                   data=asdict(data), train=asdict(opts), parameters=sum(p.numel() for p in model.parameters()),
+                   train_examples=len(train_set))
     (out_dir / "training.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     return summary
 
@@ -158,6 +162,8 @@ def register(subparsers) -> None:
     p.add_argument("--copy-fraction", type=float, default=None,
                    help="share of the left-context sequences replaced by the synthetic copy task (default 0: "
                         "see docs/EMBEDDED_MODEL.md)")
+    p.add_argument("--copy-head-dim", type=int, default=None,
+                   help="width of the copy head, a pointer into the prompt (0: none; default: the size's)")
     p.add_argument("--drafter-only", action="store_true",
                    help="no training: rewrite the --out checkpoint's drafter.json from the profile's dialogues")
     p.set_defaults(func=run)
@@ -184,7 +190,11 @@ def run(args) -> int:
             return 2
         print(f"wrote {path}")
         return 0
-    summary = run_training(profile, Path(args.out), args.size, data, opts, init=args.init)
+    if args.copy_head_dim is not None and args.copy_head_dim < 0:
+        print(f"parley train: --copy-head-dim {args.copy_head_dim} must be >= 0")
+        return 2
+    summary = run_training(profile, Path(args.out), args.size, data, opts, init=args.init,
+                           copy_head_dim=args.copy_head_dim)
     print(f"wrote {args.out} in {summary['seconds'] / 60:.1f} min of training; "
           f"final held-out loss {summary['heldout_loss'][-1][1]:.4f}")
     return 0
