@@ -163,7 +163,8 @@ class CopyHead(nn.Module):
     wrote" is a key the query can match directly; the gate sees what the pointer would copy, so it can stop at the
     end of a name. NOTE: with a gate on the row alone, names ran on past their end ("Colin Col", "Noah p p p").
     NOTE: without it the embedded model never learned to copy: teacher-forced on held-out tool calls the caller's
-    name was 3-10% right (the JSON around it 98%), after 3000 steps and with a synthetic copy task.
+    name was 3-10% right (the JSON around it 98%), after 3000 steps and with a synthetic copy task; with it, 89%.
+    Not in the shipped checkpoint yet: see docs/EMBEDDED_MODEL.md for what it cost elsewhere.
     """
 
     def __init__(self, args: ModelArgs):
