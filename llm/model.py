@@ -146,8 +146,8 @@ class Block(nn.Module):
 
 @dataclass
 class CopySource:
-    """What a CopyHead points into: keys (B, S, copy_head_dim) and token ids (B, S) of the source positions
-    (the prompt), valid (B, S) bool (False: never pointed at, e.g. padding or the reply), or None for all."""
+    """What a CopyHead points into: keys (B, S, copy_head_dim), token ids (B, S) and their embeddings of the source
+    positions (the prompt); valid (B, S) bool (False: never pointed at, e.g. padding or the reply), or None for all."""
     keys: torch.Tensor
     ids: torch.Tensor
     values: torch.Tensor      # (B, S, d_model): the normalized embedding of each position's token
@@ -162,8 +162,9 @@ class CopyHead(nn.Module):
     its final hidden state and the embedding of the token before it, so "the token that followed the one I just
     wrote" is a key the query can match directly; the gate sees what the pointer would copy, so it can stop at the
     end of a name. NOTE: with a gate on the row alone, names ran on past their end ("Colin Col", "Noah p p p").
-    NOTE: without it the embedded model never learned to copy: teacher-forced on held-out tool calls the caller's
-    name was 3-10% right (the JSON around it 98%), after 3000 steps and with a synthetic copy task; with it, 89%.
+    NOTE: without a copy head the embedded model never learned to copy: teacher-forced on held-out tool calls the
+    caller's name was 3-10% right (the JSON around it 98%), after 3000 steps and with a synthetic copy task; with
+    it, 89%.
     Not in the shipped checkpoint yet: see docs/EMBEDDED_MODEL.md for what it cost elsewhere.
     """
 
