@@ -77,7 +77,8 @@ def agent_options_for(model_dir) -> AgentOptions:
 def parse_tool_calls(text: str) -> tuple[list[tuple[str, dict]], str]:
     """The (name, arguments) calls in an assistant text, and the text outside them.
 
-    A call whose JSON does not parse is returned with name "" so the loop can tell the model.
+    A call whose JSON does not parse, or that never closes, is returned with name "" so the loop can tell the
+    model (and the caller is not left in silence by a reply that was all an unfinished call).
     """
     calls = []
     for body in TOOL_CALL_RE.findall(text):
@@ -89,8 +90,9 @@ def parse_tool_calls(text: str) -> tuple[list[tuple[str, dict]], str]:
         except (ValueError, KeyError, TypeError):
             name, arguments = "", {"raw": body}
         calls.append((name, arguments))
-    spoken = TOOL_CALL_RE.sub(" ", text)
-    spoken = spoken.split(TOOL_CALL_OPEN)[0]  # an unterminated call (max_new_tokens hit) is never spoken
+    spoken, opened, unfinished = TOOL_CALL_RE.sub(" ", text).partition(TOOL_CALL_OPEN)  # never spoken after it
+    if opened:
+        calls.append(("", {"raw": unfinished}))
     return calls, " ".join(spoken.split())
 
 

@@ -99,7 +99,10 @@ def model_args(family: str, config: dict, config_path: Path) -> ModelArgs:
                     weight_tying=bool(config.get("weight_tying", False)),
                     rope_full_precision=bool(config.get("rope_full_precision", False)),
                     shift_logits=family == "parley" and bool(config.get("shift_logits", False)),
-                    copy_head_dim=int(config.get("copy_head_dim", 0)) if family == "parley" else 0)
+                    copy_head_dim=int(config.get("copy_head_dim", 0)) if family == "parley" else 0,
+                    copy_roles=tuple(config.get("copy_roles", ())) if family == "parley" else (),
+                    copy_never=tuple(config.get("copy_never", ())) if family == "parley" else (),
+                    copy_fold=tuple(map(tuple, config.get("copy_fold", ()))) if family == "parley" else ())
     head_dim = config.get("head_dim")
     if head_dim is not None and head_dim * args["n_heads"] != args["d_model"]:
         raise CheckpointError(f"{config_path}: head_dim={head_dim} is not d_model / n_heads")
@@ -263,8 +266,9 @@ def save_parley(model: Transformer, tokenizer: Tokenizer, out_dir) -> Path:
     # only when set, so LLaDA-layout parley checkpoints stay as they were
     if not fields["shift_logits"]:
         fields.pop("shift_logits")
-    if not fields["copy_head_dim"]:  # likewise: only models with a copy head say so
-        fields.pop("copy_head_dim")
+    for name in ("copy_head_dim", "copy_roles", "copy_never", "copy_fold"):  # likewise: only models with a copy head say so
+        if not fields[name]:
+            fields.pop(name)
     dtype = model.transformer.wte.weight.dtype
     config = {"model_type": "parley", "architectures": ["ParleyDiffusionLM"], **fields,
               "mask_token_id": token_ids[chat.MASK], "eos_token_id": token_ids[chat.END],

@@ -30,6 +30,14 @@ class ModelArgs:
     shift_logits: bool = False       # Dream: raw logit i predicts token i+1; forward() realigns it
     rope_full_precision: bool = False  # LLaDA: rotate q, k in fp32 even when the model runs in bf16
     copy_head_dim: int = 0           # Parley: > 0 adds a CopyHead of this width (a pointer into the prompt)
+    # Parley: the copy head copies only the content of the turns these role tokens open (the caller's words, the
+    # tool results), never a token of copy_never (the role and end tokens, which also open and close the turns);
+    # the rest of the prompt is sinks (CopyHead). Empty: it copies whatever it may point at.
+    copy_roles: tuple[int, ...] = ()
+    copy_never: tuple[int, ...] = ()
+    # Parley: (token, its lowercase twin) pairs; the copy head may copy a token as its twin ("Tuesday" said by the
+    # caller is "tuesday" in a tool call)
+    copy_fold: tuple[tuple[int, int], ...] = ()
 
     def __post_init__(self):
         if self.d_model % self.n_heads or self.n_heads % self.n_kv_heads:
@@ -40,6 +48,12 @@ class ModelArgs:
             raise ValueError(f"head_dim={self.head_dim} must be even for rotary embeddings")
         if self.copy_head_dim < 0:
             raise ValueError(f"copy_head_dim={self.copy_head_dim} must be >= 0 (0: no copy head)")
+        if (self.copy_roles or self.copy_never) and not self.copy_head_dim:
+            raise ValueError("copy_roles and copy_never need a copy head (copy_head_dim > 0)")
+        if self.copy_fold and not self.copy_head_dim:
+            raise ValueError("copy_fold needs a copy head (copy_head_dim > 0)")
+        if self.copy_roles and not self.copy_never:
+            raise ValueError("copy_roles needs copy_never: the tokens that open and close a turn")
 
     @property
     def head_dim(self) -> int:
@@ -146,26 +160,37 @@ class Block(nn.Module):
 
 @dataclass
 class CopySource:
-    """What a CopyHead points into: keys (B, S, copy_head_dim), token ids (B, S) and their embeddings of the source
-    positions (the prompt); valid (B, S) bool (False: never pointed at, e.g. padding or the reply), or None for all."""
+    """What a CopyHead points into, for the source positions (the prompt): keys (B, S, copy_head_dim), token ids
+    (B, S) and the normalized embedding of each position's token (B, S, d_model); valid (B, S) bool (False: never
+    pointed at, e.g. padding or the reply) or None for all; copyable (B, S) bool, the valid positions whose token
+    may be copied (the others are sinks: the pointer's mass there goes to the vocabulary head), or None for all."""
     keys: torch.Tensor
     ids: torch.Tensor
-    values: torch.Tensor      # (B, S, d_model): the normalized embedding of each position's token
+    values: torch.Tensor
     valid: torch.Tensor | None = None
+    copyable: torch.Tensor | None = None
+    folded: torch.Tensor | None = None    # (B, S): each token's lowercase twin (ModelArgs.copy_fold), or None
 
 
 class CopyHead(nn.Module):
     """A pointer into the prompt, mixed with the vocabulary head (the pointer-generator of See et al., 2017).
 
-    p(token) = g * softmax(vocabulary logits) + (1 - g) * (attention of the row on the prompt positions holding
-    that token), g = sigmoid(gate(row) + copy_gate(embedding the pointer would copy)). A prompt position's key reads
-    its final hidden state and the embedding of the token before it, so "the token that followed the one I just
-    wrote" is a key the query can match directly; the gate sees what the pointer would copy, so it can stop at the
-    end of a name. NOTE: with a gate on the row alone, names ran on past their end ("Colin Col", "Noah p p p").
+    p(token) = (g + (1 - g) * s) * softmax(vocabulary logits) + (1 - g) * (attention of the row on the copyable
+    prompt positions holding that token), g = sigmoid(gate(row) + copy_gate(embedding the pointer would copy)),
+    s the attention on the positions that may not be copied (role and end tokens, the system prompt and the
+    agent's own turns: ModelArgs.copy_roles). A prompt position's key reads its final hidden state and the
+    embedding of the token before it, so "the token that followed the one I just wrote" is a key the query can
+    match directly. At the end of a name that ends the caller's turn, that token is the turn's end, a sink: the
+    pointer following the name yields to the vocabulary, which closes the quote. With ModelArgs.copy_fold, a fold
+    gate on the row splits the copied mass between the token and its lowercase twin: "Tuesday" said by the caller
+    is "tuesday" in the tool call.
     NOTE: without a copy head the embedded model never learned to copy: teacher-forced on held-out tool calls the
     caller's name was 3-10% right (the JSON around it 98%), after 3000 steps and with a synthetic copy task; with
-    it, 89%.
-    Not in the shipped checkpoint yet: see docs/EMBEDDED_MODEL.md for what it cost elsewhere.
+    it, 89%. With a gate on the row alone and no sinks, names ran on past their end ("Colin Col", "Noah p p p");
+    with the gate also reading the copied embedding, still "Noah Noah Noah". NOTE: feeding what the pointer looks
+    at into the vocabulary head (See et al.'s context vector), so that "Tuesday" could become "tuesday", broke
+    copying on a toy (copy 2-87%, lowercased 1% after 600 steps, against 95% and 20% without it); the fold gate
+    lowercased 93% after 300 steps.
     """
 
     def __init__(self, args: ModelArgs):
@@ -176,6 +201,8 @@ class CopyHead(nn.Module):
         self.prev_key = nn.Linear(d, c, bias=False)  # on the (normalized) embedding of the previous token
         self.gate = nn.Linear(d, 1)
         self.copy_gate = nn.Linear(d, 1, bias=False)  # on the expected embedding of the copied token
+        if args.copy_fold:
+            self.fold = nn.Linear(d, 1)  # copy the token as it is, or as its lowercase twin
 
     def keys(self, normed, prev_embedding):
         """Final-normed hidden states and previous tokens' embeddings (B, S, d) -> keys (B, S, copy_head_dim)."""
@@ -188,11 +215,19 @@ class CopyHead(nn.Module):
         if source.valid is not None:
             scores = scores.masked_fill(~source.valid[:, None], float("-inf"))
         pointer = torch.softmax(scores.float(), dim=-1)
-        copied = torch.zeros((B, T, V), device=logits.device).scatter_add_(
-            2, source.ids[:, None].expand(B, T, -1), pointer)  # (B, T, V): the pointer's mass per token
         would_copy = pointer.to(source.values.dtype) @ source.values  # (B, T, d)
         g = torch.sigmoid((self.gate(normed) + self.copy_gate(would_copy)).float())  # (B, T, 1)
-        p = g * torch.softmax(logits.float(), dim=-1) + (1 - g) * copied
+        vocabulary = g
+        if source.copyable is not None:
+            vocabulary = g + (1 - g) * (pointer * ~source.copyable[:, None]).sum(-1, keepdim=True)  # the sinks
+            pointer = pointer * source.copyable[:, None]
+        copied = torch.zeros((B, T, V), device=logits.device)  # (B, T, V): the pointer's mass per token
+        if source.folded is not None:
+            folded = torch.sigmoid(self.fold(normed).float())  # (B, T, 1)
+            copied.scatter_add_(2, source.folded[:, None].expand(B, T, -1), pointer * folded)
+            pointer = pointer * (1 - folded)
+        copied.scatter_add_(2, source.ids[:, None].expand(B, T, -1), pointer)
+        p = vocabulary * torch.softmax(logits.float(), dim=-1) + (1 - g) * copied
         return p.clamp_min(1e-12).log()  # clamp, not an epsilon: no gradient through log(0)
 
 
@@ -289,16 +324,34 @@ class Transformer(nn.Module):
             x = block.mlp(x + block.merge(y))
         return x, chunk_kv
 
+    def copyable(self, ids) -> torch.Tensor | None:
+        """(B, S) bool: the positions inside a turn that ModelArgs.copy_roles opens (the tokens a copy head may
+        copy), or None without copy_roles (all)."""
+        a = self.args
+        if not a.copy_roles:
+            return None
+        never = torch.isin(ids, torch.tensor(a.copy_never, device=ids.device))
+        positions = torch.arange(ids.shape[1], device=ids.device).expand_as(ids)
+        opened_at = torch.where(never, positions, -1).cummax(dim=1).values  # the last role or end token so far
+        opener = ids.gather(1, opened_at.clamp(min=0))
+        return ~never & (opened_at >= 0) & torch.isin(opener, torch.tensor(a.copy_roles, device=ids.device))
+
     def copy_source(self, hidden, ids, valid=None) -> CopySource | None:
         """The copy head's source from the residual stream (B, S, d_model) of positions 0.. holding ids (B, S);
-        valid (B, S) bool marks those it may point at (default all). None for a model without a copy head."""
+        valid (B, S) bool marks those it may point at (default all); of those, it copies only copyable(ids). None
+        for a model without a copy head."""
         if not self.args.copy_head_dim:
             return None
         embedding = self.transformer.wte(ids)  # (B, S, d)
         # position j's key reads token j - 1
         prev = torch.cat([torch.zeros_like(embedding[:, :1]), embedding[:, :-1]], dim=1)
         keys = self.transformer.copy.keys(self.transformer.ln_f(hidden), prev)
-        return CopySource(keys, ids, F.rms_norm(embedding, embedding.shape[-1:]), valid)
+        folded = None
+        if self.args.copy_fold:
+            twin = torch.arange(self.args.vocab_size, device=ids.device)
+            pairs = torch.tensor(self.args.copy_fold, device=ids.device)
+            folded = twin.index_put_((pairs[:, 0],), pairs[:, 1])[ids]
+        return CopySource(keys, ids, F.rms_norm(embedding, embedding.shape[-1:]), valid, self.copyable(ids), folded)
 
     def head(self, x: torch.Tensor, source: CopySource | None = None) -> torch.Tensor:
         """Residual stream (B, T, d_model) -> raw logits (B, T, V) (Dream's still shifted by one).

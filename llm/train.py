@@ -20,7 +20,7 @@ from llm.model import ModelArgs, Transformer
 
 @dataclass(frozen=True)
 class TrainOptions:
-    steps: int = 3000
+    steps: int = 5000
     batch_size: int = 16              # sequences per step
     lr: float = 3e-3                  # peak AdamW learning rate
     min_lr_ratio: float = 0.1         # cosine decay ends at lr * this

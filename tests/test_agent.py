@@ -98,7 +98,18 @@ def test_prompt_keeps_the_last_user_turns_only():
 def test_parse_tool_calls_separates_speech():
     calls, spoken = parse_tool_calls('Let me check. <tool_call>{"name":"a","arguments":{"x":1}}</tool_call>')
     assert calls == [("a", {"x": 1})] and spoken == "Let me check."
-    assert parse_tool_calls("Booking <tool_call>{\"name\":")[1] == "Booking"
+    assert parse_tool_calls("Booking <tool_call>{\"name\":") == ([("", {"raw": "{\"name\":"})], "Booking")
+
+
+def test_an_unfinished_tool_call_is_reported_to_the_model_not_dropped():
+    """A call that never closes (a name that ran on to the end of the canvas) gets an error back and a second
+    generation, so the caller hears a reply instead of silence."""
+    replies = iter(['<tool_call>{"name":"book_appointment","arguments":{"name":"Noah I I I', "Sorry, say that again?"])
+    agent = Agent(FakeEngine(lambda m: next(replies)), FakeToolbox(), None)
+    turn = agent.respond("This is Noah calling. A haircut on Friday at 3:30 p.m.?")
+    assert [c.name for c in turn.tool_calls] == [""] and turn.tool_calls[0].result["ok"] is False
+    assert agent.messages[-1] == {"role": "assistant", "content": "Sorry, say that again?"}
+    assert turn.reply == "Sorry, say that again?"
 
 
 def test_checkpoint_decoding_preferences_reach_the_engine(tmp_path):

@@ -80,7 +80,14 @@ def test_front_desk_pipeline_writes_a_loadable_checkpoint(tmp_path):
     assert ({"config.json", "model.safetensors", "tokenizer.json", "training.json", "drafter.json"}
             <= {p.name for p in tmp_path.iterdir()})
     engine = llm.load(tmp_path, device="cpu")
-    assert engine.model.args.shift_logits and engine.model.args.copy_head_dim == 16  # saved and read back
+    args = engine.model.args
+    assert args.shift_logits and args.copy_head_dim == 16  # saved and read back
+    # it copies the caller's words and the tool results, and may lowercase them ("Tuesday" -> "tuesday")
+    tokens = engine.tokenizer
+    assert {tokens.id_to_token(i) for i in args.copy_roles} == {"<|user|>", "<|tool|>"}
+    assert {tokens.id_to_token(i) for i in args.copy_never} == set(chat.PARLEY_SPECIAL_TOKENS)
+    assert args.copy_fold and all(tokens.id_to_token(a).lower() == tokens.id_to_token(b) != tokens.id_to_token(a)
+                                  for a, b in args.copy_fold)
     # the drafter's table knows the training replies: after "<|assistant|>" it guesses a reply's opening
     assert engine.drafter.table and engine.drafter.propose(engine.prompt_ids([{"role": "user", "content": "Hi."}]), 4)
     gen = engine.generate([{"role": "user", "content": "Hello."}], max_new_tokens=8, block_length=8)

@@ -31,15 +31,17 @@ class DataOptions:
 # (LLM turn median 360 -> 107 ms one token per pass, 45 ms with drafts, on 20 held-out dialogues, same scores).
 DECODING = {"max_new_tokens": AgentOptions.max_new_tokens, "block_length": 1, "threshold": 0.9, "cache": "left"}
 
-# Model sizes: "default" is the shipped checkpoint; "tiny" is for tests (with a copy head, so they cover it).
-# NOTE: no copy head in "default" (--copy-head-dim 64 adds one): with it, names were copied (89% of held-out name
-# tokens teacher-forced, against 10%) and replies grounded (83-89% against 46%), but tool calls and small talk got
-# worse (exact match 30-40%, no call when none is needed 58-61% against 90%) and names ran on ("Noah Noah Noah").
+# Model sizes: "default" is the shipped checkpoint; "tiny" is for tests. Both have a copy head (llm.model.CopyHead;
+# --copy-head-dim 0 leaves it out): the caller's words and the tool results are copied, as they are or in
+# lowercase. NOTE: without one, names were 10% right teacher-forced on held-out tool calls and grounded replies
+# 46%; the copy head copying anything in the prompt (no sinks, no lowercase twins) made names 89% right but tool
+# calls and small talk worse (no call when none is needed 58-61% against 90%) and ran names on ("Noah Noah Noah").
 # shift_logits (raw row i holds token i + 1, as Dream): a settled token's own row predicts the next one, which
 # trains about as fast as a left-to-right model. NOTE: without it, held-out next-token accuracy was 27% after
 # 300 steps, against 76% for the same network trained left to right.
 SIZES = {
-    "default": dict(d_model=192, n_layers=4, n_heads=4, n_kv_heads=4, mlp_hidden_size=512, shift_logits=True),
+    "default": dict(d_model=192, n_layers=4, n_heads=4, n_kv_heads=4, mlp_hidden_size=512, shift_logits=True,
+                    copy_head_dim=64),
     "tiny": dict(d_model=32, n_layers=2, n_heads=2, n_kv_heads=2, mlp_hidden_size=64, shift_logits=True,
                  copy_head_dim=16),
 }
@@ -96,6 +98,13 @@ def write_drafter(profile, out_dir: Path, data: DataOptions, seed: int) -> Path:
     return build_drafter(train_set, engine.tokenizer.token_to_id(chat.END)).save(out_dir)
 
 
+def lowercase_twins(tokenizer) -> tuple[tuple[int, int], ...]:
+    """(token, the token of its lowercase spelling) for the tokens of ASCII letters that have one ("Tuesday")."""
+    vocab = tokenizer.get_vocab()
+    return tuple(sorted((i, vocab[t.lower()]) for t, i in vocab.items()
+                        if t.isascii() and t.isalpha() and not t.islower() and t.lower() in vocab))
+
+
 def copy_task_for(train_set, tokenizer, response_len: int):
     """llm.train.CopyTask over the callers' words of the training split (each example's last user message)."""
     from llm import chat
@@ -129,6 +138,10 @@ def run_training(profile, out_dir: Path, size: str, data: DataOptions, opts, ini
     tokenizer, train_set, heldout_set = build_data(profile, data, opts.seed, start.tokenizer if start else None)
     longest = max(len(e.prompt) + len(e.response) for e in train_set + heldout_set)  # rope positions
     fields = {**SIZES[size], **({} if copy_head_dim is None else {"copy_head_dim": copy_head_dim})}
+    if fields.get("copy_head_dim"):  # it copies the caller's words and the tool results (llm.model.CopyHead)
+        fields.update(copy_roles=tuple(tokenizer.token_to_id(chat.PARLEY_ROLE_TOKENS[r]) for r in ("user", "tool")),
+                      copy_never=tuple(tokenizer.token_to_id(t) for t in chat.PARLEY_SPECIAL_TOKENS),
+                      copy_fold=lowercase_twins(tokenizer))
     args = start.model.args if start else ModelArgs(**fields, vocab_size=tokenizer.get_vocab_size(),
                                                     max_sequence_length=1024)
     assert longest <= args.max_sequence_length
@@ -160,7 +173,9 @@ def register(subparsers) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--init", metavar="DIR", help="continue training from this parley checkpoint")
     p.add_argument("--lr", type=float, default=None, help="peak learning rate")
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default 1, see llm/train.py)")
+    # NOTE: 2 threads on an idle 2-core machine: 0.58 s a step against 1.04 s for 1 (the default model, 20 steps);
+    # with another job on the cores, 1 thread was faster (llm.train.TrainOptions.threads)
+    p.add_argument("--threads", type=int, default=2, help="torch CPU threads (the result depends on it)")
     p.add_argument("--copy-fraction", type=float, default=None,
                    help="share of the left-context sequences replaced by the synthetic copy task (default 0: "
                         "see docs/EMBEDDED_MODEL.md)")
