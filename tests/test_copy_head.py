@@ -10,10 +10,11 @@ ARGS = ModelArgs(d_model=32, n_layers=2, n_heads=2, n_kv_heads=2, mlp_hidden_siz
                  max_sequence_length=64, shift_logits=True, copy_head_dim=16)
 
 
-def model_with_gate(bias: float) -> Transformer:
-    """A random model whose gate is pinned: +30 is the vocabulary head alone, -30 the pointer alone."""
+def model_with_gate(bias: float, **fields) -> Transformer:
+    """A random model (ARGS and `fields`) whose gate is pinned: +30 is the vocabulary head alone, -30 the pointer
+    alone."""
     torch.manual_seed(0)
-    model = Transformer(ARGS)
+    model = Transformer(ModelArgs(**{**ARGS.__dict__, **fields}))
     model.init_weights(std=0.2)
     with torch.no_grad():
         model.transformer.copy.gate.weight.zero_()
@@ -46,15 +47,10 @@ ROLES = dict(copy_roles=(4,), copy_never=(0, 1, 2, 3, 4, 6))
 
 
 def test_only_the_callers_words_are_copied_and_the_rest_of_the_prompt_is_sinks():
-    model = Transformer(ModelArgs(**{**ARGS.__dict__, **ROLES}))
+    model = model_with_gate(-30.0, **ROLES)  # the pointer alone
     ids = torch.tensor([[3, 40, 41, 2, 4, 42, 43, 2, 6, 44, 2, 4, 45, 2, 6]])
     assert model.copyable(ids)[0].tolist() == [i in (5, 6, 12) for i in range(15)]
-    torch.manual_seed(0)
-    model.init_weights(std=0.2)
     with torch.no_grad():
-        model.transformer.copy.gate.weight.zero_()
-        model.transformer.copy.copy_gate.weight.zero_()
-        model.transformer.copy.gate.bias.fill_(-30.0)  # the pointer alone
         hidden = model.trunk(ids)
         source = model.copy_source(hidden, ids)
         p = model.head(hidden, source).exp()[0]  # (15, V)
@@ -70,14 +66,9 @@ def test_only_the_callers_words_are_copied_and_the_rest_of_the_prompt_is_sinks()
 
 def test_a_token_may_be_copied_as_its_lowercase_twin():
     """copy_fold (40 -> 41): the pointer's mass on a 40 goes to 40 and 41 as the fold gate splits it."""
-    model = Transformer(ModelArgs(**{**ARGS.__dict__, "copy_fold": ((40, 41),)}))
-    torch.manual_seed(0)
-    model.init_weights(std=0.2)
+    model = model_with_gate(-30.0, copy_fold=((40, 41),))  # the pointer alone
     ids = torch.tensor([[5, 40, 9, 12]])
     with torch.no_grad():
-        model.transformer.copy.gate.weight.zero_()
-        model.transformer.copy.copy_gate.weight.zero_()
-        model.transformer.copy.gate.bias.fill_(-30.0)  # the pointer alone
         model.transformer.copy.fold.weight.zero_()
         hidden = model.trunk(ids)
         source = model.copy_source(hidden, ids)
@@ -99,6 +90,25 @@ def test_a_model_without_its_source_is_refused():
         ModelArgs(copy_head_dim=-1)
 
 
+def trained_on(examples, args: ModelArgs, steps: int):
+    """A fresh model trained on examples(16, generator) batches for `steps` steps (left-context loss), then run on
+    64 new ones: -> (its choice per row, the targets) (B, T)."""
+    torch.manual_seed(0)
+    generator = torch.Generator().manual_seed(0)
+    model = Transformer(args)
+    model.init_weights()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2, betas=(0.9, 0.95))
+    for _ in range(steps):
+        loss = left_context_loss(model, examples(16, generator), 0, 1, 2)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    model.eval()
+    with torch.no_grad():
+        ids, positions, allowed, targets, _, is_prompt = left_context_batch(examples(64, generator), 0, 1, 2)
+        return forward_with_mask(model, ids, positions, allowed, is_prompt).argmax(-1), targets
+
+
 def copy_examples(n: int, generator) -> list[Example]:
     """Prompt: random filler, a marker (4), a span of 3-6 random tokens, a closer (5); response: the span."""
     out = []
@@ -112,20 +122,7 @@ def copy_examples(n: int, generator) -> list[Example]:
 def test_with_a_copy_head_a_small_model_learns_to_copy_unseen_spans():
     """Copying random spans: the span's tokens are nowhere else, so the reply must come from the prompt.
     (Without the head, a 4-layer d_model 128 model copied 0% of the tokens after 400 steps of this.)"""
-    torch.manual_seed(0)
-    generator = torch.Generator().manual_seed(0)
-    model = Transformer(ARGS)
-    model.init_weights()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2, betas=(0.9, 0.95))
-    for _ in range(150):
-        loss = left_context_loss(model, copy_examples(16, generator), 0, 1, 2)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-    model.eval()
-    with torch.no_grad():
-        ids, positions, allowed, targets, _, is_prompt = left_context_batch(copy_examples(64, generator), 0, 1, 2)
-        chosen = forward_with_mask(model, ids, positions, allowed, is_prompt).argmax(-1)
+    chosen, targets = trained_on(copy_examples, ARGS, steps=150)
     span = targets > 2  # the copied tokens, not the end padding
     assert (chosen[span] == targets[span]).float().mean() > 0.9
 
@@ -143,20 +140,7 @@ def test_with_lowercase_twins_a_small_model_learns_to_copy_a_word_in_lowercase()
                                (span + 28 if lower else span).tolist() + [2] * (8 - len(span))))
         return out
 
-    torch.manual_seed(0)
-    generator = torch.Generator().manual_seed(0)
-    model = Transformer(ModelArgs(**{**ARGS.__dict__, "copy_fold": tuple((k, k + 28) for k in range(8, 36))}))
-    model.init_weights()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2, betas=(0.9, 0.95))
-    for _ in range(300):
-        loss = left_context_loss(model, examples(16, generator), 0, 1, 2)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-    model.eval()
-    with torch.no_grad():
-        ids, positions, allowed, targets, _, is_prompt = left_context_batch(examples(64, generator), 0, 1, 2)
-        chosen = forward_with_mask(model, ids, positions, allowed, is_prompt).argmax(-1)
+    chosen, targets = trained_on(examples, ModelArgs(**{**ARGS.__dict__, "copy_fold": tuple((k, k + 28) for k in range(8, 36))}), steps=300)
     for tokens in (targets >= 36, (targets > 2) & (targets < 36)):  # written in lowercase, copied as they are
         assert (chosen[tokens] == targets[tokens]).float().mean() > 0.9
 
@@ -176,20 +160,7 @@ def name_examples(n: int, generator) -> list[Example]:
 def test_a_copied_name_is_ended_where_the_callers_turn_ends():
     """The pointer that follows the name lands on the turn's end, a sink, and the vocabulary closes the quote:
     names ran on past their end ("Noah Noah Noah") when every prompt position could be copied."""
-    torch.manual_seed(0)
-    generator = torch.Generator().manual_seed(0)
-    model = Transformer(ModelArgs(**{**ARGS.__dict__, **ROLES}))
-    model.init_weights()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2, betas=(0.9, 0.95))
-    for _ in range(150):
-        loss = left_context_loss(model, name_examples(16, generator), 0, 1, 2)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-    model.eval()
-    with torch.no_grad():
-        ids, positions, allowed, targets, _, is_prompt = left_context_batch(name_examples(64, generator), 0, 1, 2)
-        chosen = forward_with_mask(model, ids, positions, allowed, is_prompt).argmax(-1)
+    chosen, targets = trained_on(name_examples, ModelArgs(**{**ARGS.__dict__, **ROLES}), steps=150)
     span, close = targets > 7, targets == 7
     assert (chosen[span] == targets[span]).float().mean() > 0.9
     assert (chosen[close] == 7).float().mean() > 0.9
