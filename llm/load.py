@@ -89,6 +89,7 @@ def model_args(family: str, config: dict, config_path: Path) -> ModelArgs:
         _require(config, config_path, block_type="llama", activation_type="silu", layer_norm_type="rms",
                  alibi=False, rope=True, attention_layer_norm=False, include_bias=False, scale_logits=False,
                  input_emb_norm=False)
+        own = config if family == "parley" else {}  # Parley's own fields; a LLaDA config never sets them
         args = dict(d_model=f("d_model"), n_layers=f("n_layers"), n_heads=f("n_heads"),
                     n_kv_heads=config.get("n_kv_heads") or f("n_heads"), mlp_hidden_size=f("mlp_hidden_size"),
                     vocab_size=config.get("embedding_size") or f("vocab_size"),
@@ -98,11 +99,9 @@ def model_args(family: str, config: dict, config_path: Path) -> ModelArgs:
                     qkv_bias=bool(config.get("include_qkv_bias", False)),
                     weight_tying=bool(config.get("weight_tying", False)),
                     rope_full_precision=bool(config.get("rope_full_precision", False)),
-                    shift_logits=family == "parley" and bool(config.get("shift_logits", False)),
-                    copy_head_dim=int(config.get("copy_head_dim", 0)) if family == "parley" else 0,
-                    copy_roles=tuple(config.get("copy_roles", ())) if family == "parley" else (),
-                    copy_never=tuple(config.get("copy_never", ())) if family == "parley" else (),
-                    copy_fold=tuple(map(tuple, config.get("copy_fold", ()))) if family == "parley" else ())
+                    shift_logits=bool(own.get("shift_logits", False)),
+                    copy_head_dim=int(own.get("copy_head_dim", 0)), copy_roles=tuple(own.get("copy_roles", ())),
+                    copy_never=tuple(own.get("copy_never", ())), copy_fold=tuple(map(tuple, own.get("copy_fold", ()))))
     head_dim = config.get("head_dim")
     if head_dim is not None and head_dim * args["n_heads"] != args["d_model"]:
         raise CheckpointError(f"{config_path}: head_dim={head_dim} is not d_model / n_heads")
@@ -266,7 +265,7 @@ def save_parley(model: Transformer, tokenizer: Tokenizer, out_dir) -> Path:
     # only when set, so LLaDA-layout parley checkpoints stay as they were
     if not fields["shift_logits"]:
         fields.pop("shift_logits")
-    for name in ("copy_head_dim", "copy_roles", "copy_never", "copy_fold"):  # likewise: only models with a copy head say so
+    for name in ("copy_head_dim", "copy_roles", "copy_never", "copy_fold"):  # likewise: only copy heads say so
         if not fields[name]:
             fields.pop(name)
     dtype = model.transformer.wte.weight.dtype

@@ -140,7 +140,8 @@ def test_with_lowercase_twins_a_small_model_learns_to_copy_a_word_in_lowercase()
                                (span + 28 if lower else span).tolist() + [2] * (8 - len(span))))
         return out
 
-    chosen, targets = trained_on(examples, ModelArgs(**{**ARGS.__dict__, "copy_fold": tuple((k, k + 28) for k in range(8, 36))}), steps=300)
+    twins = ModelArgs(**{**ARGS.__dict__, "copy_fold": tuple((k, k + 28) for k in range(8, 36))})
+    chosen, targets = trained_on(examples, twins, steps=300)
     for tokens in (targets >= 36, (targets > 2) & (targets < 36)):  # written in lowercase, copied as they are
         assert (chosen[tokens] == targets[tokens]).float().mean() > 0.9
 
