@@ -250,6 +250,7 @@ def train(args: ModelArgs, train_set: list[Example], heldout_set: list[Example],
 
     on_eval(model, step) runs after each held-out evaluation (e.g. to save a checkpoint of the run so far).
     """
+    torch.set_flush_denormal(True)  # this thread, and the CPU threads torch starts after it (app.cli.flush_denormals)
     torch.set_num_threads(opts.threads)
     torch.manual_seed(opts.seed)
     generator = torch.Generator().manual_seed(opts.seed)
