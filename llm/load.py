@@ -101,7 +101,8 @@ def model_args(family: str, config: dict, config_path: Path) -> ModelArgs:
                     rope_full_precision=bool(config.get("rope_full_precision", False)),
                     shift_logits=bool(own.get("shift_logits", False)),
                     copy_head_dim=int(own.get("copy_head_dim", 0)), copy_roles=tuple(own.get("copy_roles", ())),
-                    copy_never=tuple(own.get("copy_never", ())), copy_fold=tuple(map(tuple, own.get("copy_fold", ()))))
+                    copy_never=tuple(own.get("copy_never", ())), copy_twins=_twin_maps(own),
+                    copy_lookaround=bool(own.get("copy_lookaround", False)))
     head_dim = config.get("head_dim")
     if head_dim is not None and head_dim * args["n_heads"] != args["d_model"]:
         raise CheckpointError(f"{config_path}: head_dim={head_dim} is not d_model / n_heads")
@@ -109,6 +110,12 @@ def model_args(family: str, config: dict, config_path: Path) -> ModelArgs:
         return ModelArgs(**args)
     except ValueError as exc:
         raise CheckpointError(f"{config_path}: {exc}") from None
+
+
+def _twin_maps(config: dict) -> tuple:
+    """copy_twins as tuples; a checkpoint from before the maps had one, its lowercase twins, as "copy_fold"."""
+    maps = config.get("copy_twins", [config["copy_fold"]] if config.get("copy_fold") else [])
+    return tuple(tuple(tuple(pair) for pair in pairs) for pairs in maps)
 
 
 def _ids(value) -> list[int]:
@@ -265,7 +272,7 @@ def save_parley(model: Transformer, tokenizer: Tokenizer, out_dir) -> Path:
     # only when set, so LLaDA-layout parley checkpoints stay as they were
     if not fields["shift_logits"]:
         fields.pop("shift_logits")
-    for name in ("copy_head_dim", "copy_roles", "copy_never", "copy_fold"):  # likewise: only copy heads say so
+    for name in ("copy_head_dim", "copy_roles", "copy_never", "copy_twins", "copy_lookaround"):  # likewise
         if not fields[name]:
             fields.pop(name)
     dtype = model.transformer.wte.weight.dtype

@@ -82,12 +82,14 @@ def test_front_desk_pipeline_writes_a_loadable_checkpoint(tmp_path):
     engine = llm.load(tmp_path, device="cpu")
     args = engine.model.args
     assert args.shift_logits and args.copy_head_dim == 16  # saved and read back
-    # it copies the caller's words and the tool results, and may lowercase them ("Tuesday" -> "tuesday")
+    # it copies the caller's words and the tool results, and may lowercase them ("Tuesday" -> "tuesday") or write
+    # a spoken hour in two digits, in the morning or the afternoon ("9" -> "09", "two" -> "14")
     tokens = engine.tokenizer
     assert {tokens.id_to_token(i) for i in args.copy_roles} == {"<|user|>", "<|tool|>"}
     assert {tokens.id_to_token(i) for i in args.copy_never} == set(chat.PARLEY_SPECIAL_TOKENS)
-    assert args.copy_fold and all(tokens.id_to_token(a).lower() == tokens.id_to_token(b) != tokens.id_to_token(a)
-                                  for a, b in args.copy_fold)
+    assert len(args.copy_twins) == 1 and not args.copy_lookaround  # lowercase (--hour-twins adds two maps)
+    assert args.copy_twins[0] and all(tokens.id_to_token(a).lower() == tokens.id_to_token(b) != tokens.id_to_token(a)
+                                      for a, b in args.copy_twins[0])
     # the drafter's table knows the training replies: after "<|assistant|>" it guesses a reply's opening
     assert engine.drafter.table and engine.drafter.propose(engine.prompt_ids([{"role": "user", "content": "Hi."}]), 4)
     gen = engine.generate([{"role": "user", "content": "Hello."}], max_new_tokens=8, block_length=8)
@@ -96,6 +98,9 @@ def test_front_desk_pipeline_writes_a_loadable_checkpoint(tmp_path):
     end = tokenizer.token_to_id(chat.END)
     run_training(load_profile(None), tmp_path / "plain", "tiny", data, opts, copy_head_dim=0)
     assert llm.load(tmp_path / "plain", device="cpu").model.args.copy_head_dim == 0  # a model without the head
+    run_training(load_profile(None), tmp_path / "hours", "tiny", data, opts, hours=True, lookaround=True)
+    args = llm.load(tmp_path / "hours", device="cpu").model.args
+    assert len(args.copy_twins) == 3 and args.copy_lookaround  # lowercase, two digits, afternoon; read back
     assert all(e.response[-1] == end and len(e.response) <= data.response_len for e in train_set)
 
 
@@ -179,3 +184,17 @@ def test_training_with_a_copy_task_runs_and_stays_deterministic():
     plain = train(TINY, toy_examples(64, 0), toy_examples(8, 1), mask_id=1, pad_id=0, stop_id=2, opts=opts,
                   log=lambda _: None)[1]["heldout_loss"]
     assert plain != runs[0]                                    # the copy examples were trained on
+
+
+def test_spoken_hours_have_two_digit_and_afternoon_twins_in_the_shipped_tokenizer():
+    from tokenizers import Tokenizer
+
+    from app.commands.train import number_twins
+    from app.settings import DEFAULT_LLM_DIR
+
+    tokens = Tokenizer.from_file(str(DEFAULT_LLM_DIR / "tokenizer.json"))
+    digits, afternoon = ({tokens.id_to_token(a): tokens.id_to_token(b) for a, b in pairs}
+                         for pairs in number_twins(tokens))
+    assert digits["9"] == digits["nine"] == "09" and digits["thirty"] == "30" and digits["noon"] == "12"
+    assert afternoon["2"] == afternoon["two"] == "14" and afternoon["11"] == "23"
+    assert "12" not in afternoon and "10" not in digits  # 12 p.m. is 12; a pair that changes nothing is left out

@@ -33,9 +33,13 @@ DECODING = {"max_new_tokens": AgentOptions.max_new_tokens, "block_length": 1, "t
 
 # Model sizes: "default" is the shipped checkpoint; "tiny" is for tests. Both have a copy head (llm.model.CopyHead;
 # --copy-head-dim 0 leaves it out): the caller's words and the tool results are copied, as they are or in
-# lowercase. NOTE: without one, names were 10% right teacher-forced on held-out tool calls and grounded replies
-# 46%; the copy head copying anything in the prompt (no sinks, no lowercase twins) made names 89% right but tool
-# calls and small talk worse (no call when none is needed 58-61% against 90%) and ran names on ("Noah Noah Noah").
+# lowercase. NOTE: without a copy head, names were 10% right teacher-forced on held-out tool calls and grounded
+# replies 46%; the copy head copying anything in the prompt (no sinks, no lowercase twins) made names 89% right but
+# tool calls and small talk worse (no call when none is needed 58-61% against 90%) and ran names on ("Noah Noah
+# Noah"). NOTE: hour twins (--hour-twins: "2" said with "p.m." may be copied as "14") and copy_lookaround, both
+# 4500 steps, against the shipped 5000-step model's 45.7% held-out exact match (200 dialogues): with both, 40.0%,
+# times mostly right but names running on into the comma after them ("Dmitri,") and broken JSON; hour twins
+# alone, 35.0%, times no better.
 # shift_logits (raw row i holds token i + 1, as Dream): a settled token's own row predicts the next one, which
 # trains about as fast as a left-to-right model. NOTE: without it, held-out next-token accuracy was 27% after
 # 300 steps, against 76% for the same network trained left to right.
@@ -105,6 +109,24 @@ def lowercase_twins(tokenizer) -> tuple[tuple[int, int], ...]:
                         if t.isascii() and t.isalpha() and not t.islower() and t.lower() in vocab))
 
 
+def number_twins(tokenizer) -> tuple[tuple[tuple[int, int], ...], ...]:
+    """Two twin maps for the spoken numbers of a time: (hour or minute -> its two digits, morning or as said:
+    "9" and "nine" -> "09", "thirty" -> "30"), (hour -> its afternoon hour: "2" and "two" -> "14"). Only the
+    spellings that are one token, and the pairs that change the token."""
+    from app.dialogues.phrases import NUMBER_WORDS
+
+    def one(text):
+        ids = tokenizer.encode(text, add_special_tokens=False).ids
+        return ids[0] if len(ids) == 1 else None
+
+    said = {str(h): h for h in range(1, 13)} | {NUMBER_WORDS[h]: h for h in range(1, 13)}
+    digits = said | {"fifteen": 15, "thirty": 30, "noon": 12}
+    afternoon = {text: h + 12 for text, h in said.items() if h < 12}
+    return tuple(tuple(sorted({(one(text), one(f"{n:02d}")) for text, n in spoken.items()
+                               if None not in (one(text), one(f"{n:02d}")) and one(text) != one(f"{n:02d}")}))
+                 for spoken in (digits, afternoon))
+
+
 def copy_task_for(train_set, tokenizer, response_len: int):
     """llm.train.CopyTask over the callers' words of the training split (each example's last user message)."""
     from llm import chat
@@ -120,11 +142,13 @@ def copy_task_for(train_set, tokenizer, response_len: int):
 
 
 def run_training(profile, out_dir: Path, size: str, data: DataOptions, opts, init: str | None = None,
-                 copy_head_dim: int | None = None) -> dict:
+                 copy_head_dim: int | None = None, hours: bool = False, lookaround: bool = False) -> dict:
     """The whole pipeline; writes the checkpoint to out_dir and returns the summary.
 
     init: a parley checkpoint directory to continue from (its tokenizer and weights; `size` is then ignored).
     copy_head_dim: the copy head's width instead of the size's (0: none; llm.model.CopyHead).
+    hours: the copy head may also write a spoken hour or minute in two digits (number_twins); lookaround: its
+    pointer reads around the position (ModelArgs.copy_lookaround). Both off in the shipped recipe (see SIZES).
     """
     from tqdm import tqdm
 
@@ -141,7 +165,8 @@ def run_training(profile, out_dir: Path, size: str, data: DataOptions, opts, ini
     if fields.get("copy_head_dim"):  # it copies the caller's words and the tool results (llm.model.CopyHead)
         fields.update(copy_roles=tuple(tokenizer.token_to_id(chat.PARLEY_ROLE_TOKENS[r]) for r in ("user", "tool")),
                       copy_never=tuple(tokenizer.token_to_id(t) for t in chat.PARLEY_SPECIAL_TOKENS),
-                      copy_fold=lowercase_twins(tokenizer))
+                      copy_twins=(lowercase_twins(tokenizer), *(number_twins(tokenizer) if hours else ())),
+                      copy_lookaround=lookaround)
     args = start.model.args if start else ModelArgs(**fields, vocab_size=tokenizer.get_vocab_size(),
                                                     max_sequence_length=1024)
     assert longest <= args.max_sequence_length
@@ -181,6 +206,11 @@ def register(subparsers) -> None:
                         "see docs/EMBEDDED_MODEL.md)")
     p.add_argument("--copy-head-dim", type=int, default=None,
                    help="width of the copy head, a pointer into the prompt (0: none; default: the size's)")
+    p.add_argument("--hour-twins", action="store_true",
+                   help="the copy head may write a spoken hour or minute in two digits, e.g. 2 p.m. -> 14 (off: see "
+                        "docs/EMBEDDED_MODEL.md)")
+    p.add_argument("--copy-lookaround", action="store_true",
+                   help="the copy head's keys read two tokens back and its gate the token after the copied one (off)")
     p.add_argument("--drafter-only", action="store_true",
                    help="no training: rewrite the --out checkpoint's drafter.json from the profile's dialogues")
     p.set_defaults(func=run)
@@ -211,7 +241,7 @@ def run(args) -> int:
         print(f"parley train: --copy-head-dim {args.copy_head_dim} must be >= 0")
         return 2
     summary = run_training(profile, Path(args.out), args.size, data, opts, init=args.init,
-                           copy_head_dim=args.copy_head_dim)
+                           copy_head_dim=args.copy_head_dim, hours=args.hour_twins, lookaround=args.copy_lookaround)
     print(f"wrote {args.out} in {summary['seconds'] / 60:.1f} min of training; "
           f"final held-out loss {summary['heldout_loss'][-1][1]:.4f}")
     return 0
