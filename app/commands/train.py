@@ -31,7 +31,7 @@ class DataOptions:
 # (LLM turn median 360 -> 107 ms one token per pass, 45 ms with drafts, on 20 held-out dialogues, same scores).
 DECODING = {"max_new_tokens": AgentOptions.max_new_tokens, "block_length": 1, "threshold": 0.9, "cache": "left"}
 
-# Model sizes: "default" is the shipped checkpoint; "tiny" is for tests. Both have a copy head (llm.model.CopyHead;
+# Model sizes: "default" is the shipped checkpoint; "tiny" is for tests. Both have a copy head (llm.copy_head.CopyHead;
 # --copy-head-dim 0 leaves it out): the caller's words and the tool results are copied, as they are or in
 # lowercase. NOTE: without a copy head, names were 10% right teacher-forced on held-out tool calls and grounded
 # replies 46%; the copy head copying anything in the prompt (no sinks, no lowercase twins) made names 89% right but
@@ -122,9 +122,11 @@ def number_twins(tokenizer) -> tuple[tuple[tuple[int, int], ...], ...]:
     said = {str(h): h for h in range(1, 13)} | {NUMBER_WORDS[h]: h for h in range(1, 13)}
     digits = said | {"fifteen": 15, "thirty": 30, "noon": 12}
     afternoon = {text: h + 12 for text, h in said.items() if h < 12}
-    return tuple(tuple(sorted({(one(text), one(f"{n:02d}")) for text, n in spoken.items()
-                               if None not in (one(text), one(f"{n:02d}")) and one(text) != one(f"{n:02d}")}))
-                 for spoken in (digits, afternoon))
+    def pairs(spoken):
+        both = ((one(text), one(f"{n:02d}")) for text, n in spoken.items())
+        return tuple(sorted({(a, b) for a, b in both if None not in (a, b) and a != b}))
+
+    return pairs(digits), pairs(afternoon)
 
 
 def copy_task_for(train_set, tokenizer, response_len: int):
@@ -146,7 +148,7 @@ def run_training(profile, out_dir: Path, size: str, data: DataOptions, opts, ini
     """The whole pipeline; writes the checkpoint to out_dir and returns the summary.
 
     init: a parley checkpoint directory to continue from (its tokenizer and weights; `size` is then ignored).
-    copy_head_dim: the copy head's width instead of the size's (0: none; llm.model.CopyHead).
+    copy_head_dim: the copy head's width instead of the size's (0: none; llm.copy_head.CopyHead).
     hours: the copy head may also write a spoken hour or minute in two digits (number_twins); lookaround: its
     pointer reads around the position (ModelArgs.copy_lookaround). Both off in the shipped recipe (see SIZES).
     """
@@ -162,7 +164,7 @@ def run_training(profile, out_dir: Path, size: str, data: DataOptions, opts, ini
     tokenizer, train_set, heldout_set = build_data(profile, data, opts.seed, start.tokenizer if start else None)
     longest = max(len(e.prompt) + len(e.response) for e in train_set + heldout_set)  # rope positions
     fields = {**SIZES[size], **({} if copy_head_dim is None else {"copy_head_dim": copy_head_dim})}
-    if fields.get("copy_head_dim"):  # it copies the caller's words and the tool results (llm.model.CopyHead)
+    if fields.get("copy_head_dim"):  # it copies the caller's words and the tool results (llm.copy_head.CopyHead)
         fields.update(copy_roles=tuple(tokenizer.token_to_id(chat.PARLEY_ROLE_TOKENS[r]) for r in ("user", "tool")),
                       copy_never=tuple(tokenizer.token_to_id(t) for t in chat.PARLEY_SPECIAL_TOKENS),
                       copy_twins=(lowercase_twins(tokenizer), *(number_twins(tokenizer) if hours else ())),
