@@ -58,6 +58,21 @@ def test_heldout_phrasings_and_names_are_unseen_in_training(train, heldout):
         phrases.split_items(phrases.FIRST_NAMES, "train"))
 
 
+def test_callers_add_courtesies_and_each_split_has_its_own(train, heldout):
+    """Some requests and answers end with a courtesy ("Noah, thank you."); "thanks" is a held-out one."""
+    def courtesies(dialogues):
+        found = set()
+        for d in dialogues:
+            for m, intent in zip([m for m in d.messages if m["role"] == "user"], d.intents):
+                if intent not in ("thanks", "goodbye", "greeting", "how_are_you"):
+                    found |= {t for t in phrases.TAILS if m["content"].lower().endswith(f", {t}.")
+                              or m["content"].endswith(f"? {t.capitalize()}.")}
+        return found
+
+    assert courtesies(train) == set(phrases.split_items(phrases.TAILS, "train"))
+    assert courtesies(heldout) == set(phrases.split_items(phrases.TAILS, "heldout")) == {"thanks", "thanks so much"}
+
+
 def test_every_tool_call_is_followed_by_its_real_result_and_a_grounded_reply(train):
     n_calls = 0
     for d in train:

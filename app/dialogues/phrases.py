@@ -40,6 +40,11 @@ def made_up_name(rng: random.Random) -> str:
 
 
 FILLERS = ["um", "uh", "so", "okay so", "yeah", "hi", "hello", "well", "oh", "right", "hey"]
+# What a caller may add after a request or an answer ("Noah, thank you."): the words around a slot must not change
+# what the agent does. None of them ends a carrier phrase in templates.py, so no held-out phrasing is recreated;
+# "thanks" is held out, so "Noah, thanks." (a held-out answer) stays a phrasing training never saw.
+TAILS = ["thank you", "if that's alright", "that would be great", "thanks", "cheers", "if that works",
+         "much appreciated", "thanks so much"]
 
 NUMBER_WORDS = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven",
                 "twelve"]

@@ -14,6 +14,7 @@ Booking = tuple[str, str, datetime, int]  # name, service, local start, duration
 
 _LOWER_FIRST = set("""can could what how do is are when where please yes yeah okay let's just the my it's this hi
 hello that's thanks thank cancel any would sure perfect great fine then so good hey at""".split())
+_NO_TAIL = {"thanks", "goodbye", "greeting", "how_are_you"}  # small talk that a tail would turn into another
 
 
 @dataclass
@@ -120,12 +121,13 @@ class Script:
 
     def user(self, text: str, intent: str) -> None:
         snapshot = [(a.name, a.service, a.start, a.duration_min) for a in self.store.all()]
-        self.dialogue.messages.append({"role": "user", "content": self.noisy(text)})
+        self.dialogue.messages.append({"role": "user", "content": self.noisy(text, tail=intent not in _NO_TAIL)})
         self.dialogue.intents.append(intent)
         self.dialogue.snapshots.append(snapshot)
 
-    def noisy(self, text: str) -> str:
-        """A filler or a repeated first word now and then, as callers speak and Whisper writes."""
+    def noisy(self, text: str, tail: bool = False) -> str:
+        """A filler or a repeated first word now and then, as callers speak and Whisper writes; with `tail`, now
+        and then a closing courtesy ("..., thank you.")."""
         text = " ".join(text.split()).replace("..", ".").replace(".?", "?")  # "a.m.." -> "a.m."
         first = text.split(" ", 1)[0]
         r = self.rng.random()
@@ -138,6 +140,9 @@ class Script:
         elif r < 0.24 and len(text.split()) > 2:
             head = first.lower() if first.lower().strip(",.?") in _LOWER_FIRST else first
             text = f"{first.rstrip(',.?')}, {head}{text[len(first):]}"
+        if tail and self.rng.random() < 0.12:
+            courtesy = self.pick(phrases.TAILS)  # after a question, a sentence of its own
+            text = f"{text} {courtesy.capitalize()}." if text[-1] == "?" else f"{text.rstrip('.')}, {courtesy}."
         return text[0].upper() + text[1:]
 
     def say(self, text: str) -> None:
