@@ -5,6 +5,7 @@ The model asks for a tool with `<tool_call>{"name": ..., "arguments": {...}}</to
 the result back as a `tool` message and lets the model speak a reply grounded in that result.
 """
 import dataclasses
+import functools
 import json
 import logging
 import re
@@ -58,6 +59,9 @@ class AgentOptions:
     cache: str = "prefix"           # the sampler's KV cache (llm.generate.CACHE_MODES); "left" for Parley's model
     max_tool_rounds: int = 3        # tool calls in one turn before the agent stops asking
     max_history_turns: int = 8      # user turns kept in the prompt
+    # tool calls decoded under the tools' grammar (app.tool_grammar): with cache "left" and an engine that has a
+    # tokenizer. NOTE: measured with the shipped model in docs/EMBEDDED_MODEL.md
+    tool_grammar: bool = True
 
 
 DECODE_FIELDS = ("max_new_tokens", "block_length", "threshold", "cache")
@@ -150,8 +154,25 @@ class Agent:
 
     def _generate(self, messages: list[dict], on_block=None, cancel: threading.Event | None = None):
         opts = self.options
+        grammar = self._grammar()
+        extra = {}
+        if grammar is not None:
+            from app.tool_grammar import said_words
+
+            said = said_words([m["content"] for m in messages if m["role"] == "user"])
+            extra["allows"] = functools.partial(grammar.allows, said=said)
         return self.engine.generate(messages, max_new_tokens=opts.max_new_tokens, block_length=opts.block_length,
-                                    threshold=opts.threshold, use_cache=opts.cache, on_block=on_block, cancel=cancel)
+                                    threshold=opts.threshold, use_cache=opts.cache, on_block=on_block, cancel=cancel,
+                                    **extra)
+
+    def _grammar(self):
+        """The tools' grammar for this engine's vocabulary, when the options ask for it and decoding allows it."""
+        tokenizer = getattr(self.engine, "tokenizer", None)
+        if not (self.options.tool_grammar and self.options.cache == "left" and tokenizer is not None):
+            return None
+        from app.tool_grammar import grammar_for
+
+        return grammar_for(tokenizer, self.toolbox.schemas())
 
     def draft(self, user_text: str, cancel: threading.Event | None = None):
         """The model's first answer to `user_text`, computed without touching the history or running tools.

@@ -77,6 +77,7 @@ class _Timed:
     def __init__(self, engine):
         self.engine, self.seconds = engine, []
         self.chat_style = engine.chat_style
+        self.tokenizer = getattr(engine, "tokenizer", None)  # for the tools' grammar (app.tool_grammar)
 
     def generate(self, messages, **kwargs):
         gen = self.engine.generate(messages, **kwargs)

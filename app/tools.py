@@ -108,7 +108,13 @@ class Toolbox:
         self._now = now or (lambda: datetime.now(profile.tz))
 
     def schemas(self) -> list[dict]:
-        return json.loads(json.dumps(SCHEMAS))
+        """SCHEMAS, with the business's services as the examples of every `service` argument."""
+        schemas = json.loads(json.dumps(SCHEMAS))
+        for s in schemas:
+            service = s["parameters"]["properties"].get("service")
+            if service is not None:
+                service["examples"] = [x.name for x in self.profile.services]
+        return schemas
 
     def now(self) -> datetime:
         """Naive local wall-clock time of the business."""

@@ -9,7 +9,7 @@ from tokenizers import Tokenizer
 
 from llm import chat
 from llm.drafter import Drafter
-from llm.generate import DecodeOptions, ModelDenoiser, SpecialIds, denoise_reply, left_reply
+from llm.generate import DecodeOptions, ModelDenoiser, SpecialIds, TokenFilter, denoise_reply, left_reply
 from llm.model import Transformer
 
 
@@ -81,21 +81,27 @@ class Engine:
     def generate(self, messages: list[dict], *, max_new_tokens: int = 128, block_length: int = 32,
                  threshold: float = 0.9, steps: int | None = None, temperature: float = 0.0,
                  on_block: Callable[[str], None] | None = None, cancel: threading.Event | None = None,
-                 use_cache: bool | str = True, seed: int | None = None, stop_at_eos: bool = True) -> Generation:
+                 use_cache: bool | str = True, seed: int | None = None, stop_at_eos: bool = True,
+                 allows: TokenFilter | None = None) -> Generation:
         """The assistant's reply to messages; on_block(text) gets each block's new text as soon as it settles.
 
         use_cache: True/"prefix" (Fast-dLLM prefix cache), "dual" (prefix and suffix), False/"none", or "left"
         (greedy, left to right, exact for left-context-trained models; see llm.generate.left_reply).
+        allows: a grammar for the reply (app.tool_grammar), with use_cache="left" only: a token is committed left
+        to right, so the text before it is settled when the grammar judges it.
         """
         opts = DecodeOptions(max_new_tokens=max_new_tokens, block_length=block_length, threshold=threshold,
                              steps=steps, temperature=temperature, cache=_cache_mode(use_cache),
                              stop_at_eos=stop_at_eos)
-        return self.generate_ids(self.prompt_ids(messages), opts, on_block=on_block, cancel=cancel, seed=seed)
+        return self.generate_ids(self.prompt_ids(messages), opts, on_block=on_block, cancel=cancel, seed=seed,
+                                 allows=allows)
 
     @torch.inference_mode()
     def generate_ids(self, prompt_ids: list[int], opts: DecodeOptions, on_block=None, cancel=None,
-                     seed: int | None = None) -> Generation:
+                     seed: int | None = None, allows: TokenFilter | None = None) -> Generation:
         """generate() on an already tokenized prompt."""
+        if allows is not None and opts.cache != "left":
+            raise ValueError(f"a grammar needs cache='left' (left to right), not cache={opts.cache!r}")
         limit = self.model.args.max_sequence_length
         if len(prompt_ids) + opts.max_new_tokens > limit:
             raise ValueError(f"prompt of {len(prompt_ids)} tokens + max_new_tokens={opts.max_new_tokens} exceeds "
@@ -117,7 +123,8 @@ class Engine:
             generator = torch.Generator(device=self.device).manual_seed(seed)
         prompt = torch.tensor(prompt_ids, dtype=torch.long, device=self.device)
         if opts.cache == "left":
-            decoded = left_reply(self.model, prompt, self.special, opts, self.drafter, on_block=settled, cancel=cancel)
+            decoded = left_reply(self.model, prompt, self.special, opts, self.drafter, on_block=settled, cancel=cancel,
+                                 allows=allows)
         else:
             denoise = ModelDenoiser(self.model, len(prompt_ids) + opts.max_new_tokens, opts.cache, opts.refresh_passes,
                                     prompt_len=len(prompt_ids))

@@ -63,6 +63,21 @@ class Decoded:
     stopped: str        # "eos", "length" or "cancelled"
 
 
+# A grammar for left_reply: allows(reply ids so far, token) -> may token come next (app.tool_grammar).
+TokenFilter = Callable[[list[int], int], bool]
+
+
+def allowed_choice(row: torch.Tensor, ids: list[int], choice: int, allows: TokenFilter | None, mask_id: int) -> int:
+    """`choice` (the row's argmax) if the grammar allows it after `ids`, else the row's best token it allows
+    (the model's choice when it allows none)."""
+    if allows is None or allows(ids, choice):
+        return choice
+    for token in row.argsort(descending=True).tolist():
+        if token != mask_id and allows(ids, token):
+            return token
+    return choice
+
+
 # A denoiser: (canvas (1, T), block_start, block_end, pass_in_block) -> logits (block_end - block_start, V),
 # logit row i for the token at block_start + i.
 Denoiser = Callable[[torch.Tensor, int, int, int], torch.Tensor]
@@ -200,7 +215,8 @@ def denoise_reply(denoise: Denoiser, prompt: torch.Tensor, special: SpecialIds, 
 
 
 def left_reply(model, prompt: torch.Tensor, special: SpecialIds, opts: DecodeOptions, drafter=None,
-               on_block: Callable[[list[int]], None] | None = None, cancel: threading.Event | None = None) -> Decoded:
+               on_block: Callable[[list[int]], None] | None = None, cancel: threading.Event | None = None,
+               allows: TokenFilter | None = None) -> Decoded:
     """Greedy, left to right, on the canvas of masks, with exactly the attention left-context training teaches.
 
     For a shift_logits model trained on left-context sequences (llm/train.py): there the prompt and the masks see
@@ -211,6 +227,7 @@ def left_reply(model, prompt: torch.Tensor, special: SpecialIds, opts: DecodeOpt
     chunk up to itself and the masks after it: every guess that matches the row before it is the model's own
     choice, so a pass commits the matching guesses and one token more, and the reply is the same as one token per
     pass. The committed tokens' keys replace their masks' in the cache (no later row attends to a mask before it).
+    allows: a grammar; each committed token is the row's best token it allows (a guess must equal that).
     """
     if not model.args.shift_logits:
         raise ValueError("cache='left' needs a shift_logits model (a settled token's row predicts the next)")
@@ -224,7 +241,8 @@ def left_reply(model, prompt: torch.Tensor, special: SpecialIds, opts: DecodeOpt
     hidden = model.trunk(canvas, 0, cache)[:, :n_prompt]
     source = model.copy_source(hidden, prompt[None])  # what a copy head points into (None without one)
     last_row = model.head(hidden[:, -1:], source)[0]  # the last prompt row holds token n_prompt
-    new = [kernels.confidence_argmax(last_row, special.mask)[0].item()]
+    new = [allowed_choice(last_row[0], [], kernels.confidence_argmax(last_row, special.mask)[0].item(), allows,
+                          special.mask)]
     context, tokens, passes = prompt.tolist(), [], 1
     while True:
         new = new[:opts.max_new_tokens - len(tokens)]
@@ -241,27 +259,33 @@ def left_reply(model, prompt: torch.Tensor, special: SpecialIds, opts: DecodeOpt
             return Decoded(tokens, passes, "cancelled")
         last = n_prompt + len(tokens) - 1  # the position of the token settled last
         guess = drafter.propose(context, min(opts.draft_tokens, total - 2 - last)) if drafter else []
-        new = _verify(model, cache, source, tokens[-1], last, guess, special.mask)
+        new = _verify(model, cache, source, tokens, last, guess, special.mask, allows)
         passes += 1
 
 
-def _verify(model, cache, source, token: int, position: int, guess: list[int], mask_id: int) -> list[int]:
-    """One left pass: `token` at `position`, then the guesses after it -> the matching guesses and one token more.
+def _verify(model, cache, source, settled: list[int], position: int, guess: list[int], mask_id: int,
+            allows: TokenFilter | None = None) -> list[int]:
+    """One left pass: the last settled token at `position`, then the guesses after it -> the matching guesses and
+    one token more (with a grammar, each row's choice is its best allowed token after what precedes it).
 
     Row r sees every cached key but the masks at position .. position + r (the chunk's rows up to r replace
     them), and the chunk's keys up to row r. The rows that settle write their keys into the cache.
     """
     device = cache.k.device
-    chunk = torch.tensor([token, *guess], device=device)[None]  # (1, m)
+    chunk = torch.tensor([settled[-1], *guess], device=device)[None]  # (1, m)
     m, total = chunk.shape[1], cache.max_len
     rows = torch.arange(m, device=device)[:, None]
     cols = torch.arange(total, device=device)[None]
     allowed = torch.cat([(cols < position) | (cols > position + rows), cols[:, :m] <= rows], dim=1)  # (m, T + m)
     positions = torch.arange(position, position + m, device=device)[None]
     hidden, chunk_kv = model.trunk_masked(chunk, positions, allowed[None], cache, total)
-    choice = kernels.confidence_argmax(model.head(hidden, source)[0], mask_id)[0].tolist()  # (m,)
+    logits = model.head(hidden, source)[0]  # (m, V)
+    choice = kernels.confidence_argmax(logits, mask_id)[0].tolist()  # (m,)
     n = 0
-    while n < len(guess) and guess[n] == choice[n]:
+    while True:
+        choice[n] = allowed_choice(logits[n], settled + guess[:n], choice[n], allows, mask_id)
+        if n == len(guess) or guess[n] != choice[n]:
+            break
         n += 1
     for i, (k, v) in enumerate(chunk_kv):
         cache.k[i][:, :, position:position + n + 1] = k[:, :, :n + 1]

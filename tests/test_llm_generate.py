@@ -203,27 +203,35 @@ def left_model(tmp_path, copy_head_dim=0):
 LEFT_PROMPT = torch.tensor([7, 30, 100, 21, 5, 64, 9, 200])
 
 
-def left(model, drafter=None, **options):
+def left(model, drafter=None, allows=None, **options):
     opts = DecodeOptions(**{"max_new_tokens": 16, "block_length": 1, "cache": "left", "stop_at_eos": False,
                             **options})
     with torch.inference_mode():
-        return left_reply(model, LEFT_PROMPT, SPECIAL_FOR(model), opts, drafter)
+        return left_reply(model, LEFT_PROMPT, SPECIAL_FOR(model), opts, drafter, allows=allows)
+
+
+def left_layout_logits(model, tokens):
+    """The rows that predict `tokens` after LEFT_PROMPT in left-context training's layout (mask excluded)."""
+    from llm.train import Example, forward_with_mask, left_context_batch
+
+    with torch.inference_mode():
+        ids, positions, allowed, _, _, is_prompt = left_context_batch([Example(LEFT_PROMPT.tolist(), tokens)],
+                                                                   pad_id=0, mask_id=SPECIAL_FOR(model).mask)
+        n = LEFT_PROMPT.numel()
+        logits = forward_with_mask(model, ids, positions, allowed, is_prompt)[0, n - 1:n - 1 + len(tokens)]
+    logits = logits.clone()  # out of inference mode: a tensor the caller may write to
+    logits[:, SPECIAL_FOR(model).mask] = float("-inf")
+    return logits
 
 
 @pytest.mark.parametrize("copy_head_dim", [0, 16])
 def test_left_cache_decodes_what_left_context_training_predicts(tmp_path, copy_head_dim):
     """cache="left" is exact: each greedy token is the argmax of its row in the training layout (llm.train)."""
-    from llm.train import Example, forward_with_mask, left_context_batch
-
     model = left_model(tmp_path, copy_head_dim)
     decoded = left(model)
     assert decoded.passes == 16 and len(decoded.tokens) == 16
+    assert left_layout_logits(model, decoded.tokens).argmax(-1).tolist() == decoded.tokens
     with torch.inference_mode():
-        ids, positions, allowed, _, _, is_prompt = left_context_batch([Example(LEFT_PROMPT.tolist(), decoded.tokens)],
-                                                                   pad_id=0, mask_id=SPECIAL_FOR(model).mask)
-        logits = forward_with_mask(model, ids, positions, allowed, is_prompt)[0, 7:7 + 16]  # predict tokens 0..15
-        logits[:, SPECIAL_FOR(model).mask] = float("-inf")
-        assert logits.argmax(-1).tolist() == decoded.tokens
         # the in-place canvas decoded the usual (bidirectional) way differs: the mode is not a relabelling
         plain = denoise_reply(ModelDenoiser(model, 24, "none", prompt_len=8), LEFT_PROMPT, SPECIAL_FOR(model),
                               DecodeOptions(max_new_tokens=16, block_length=1, cache="none", stop_at_eos=False))
@@ -254,6 +262,24 @@ def test_left_drafts_change_the_passes_never_the_reply(tmp_path, right, wrong, c
     assert drafted.tokens == plain.tokens and guesser.guesses
     # each verification pass commits the right guesses and one token more
     assert drafted.passes == 1 + math.ceil((16 - 1) / (right + 1))
+
+
+def even(ids, token):
+    """A grammar for tests: only even token ids, whatever came before."""
+    return token % 2 == 0
+
+
+@pytest.mark.parametrize("copy_head_dim", [0, 16])
+def test_left_grammar_commits_the_best_allowed_token_drafts_or_not(tmp_path, copy_head_dim):
+    model = left_model(tmp_path, copy_head_dim)
+    assert any(t % 2 for t in left(model).tokens)  # unruled, the model writes odd ids: the grammar has work
+    ruled = left(model, allows=even)
+    logits = left_layout_logits(model, ruled.tokens)
+    logits[:, 1::2] = float("-inf")
+    assert logits.argmax(-1).tolist() == ruled.tokens  # each token the best even one of its row
+    for right, wrong in ((2, 2), (16, 0), (0, 3)):
+        guesser = Guesser(ruled.tokens, LEFT_PROMPT.numel(), right, wrong, model.args.vocab_size)
+        assert left(model, guesser, allows=even, draft_tokens=16).tokens == ruled.tokens
 
 
 def test_left_drafts_stop_at_eos_and_at_the_canvas_end(tmp_path):

@@ -15,6 +15,8 @@ def register(subparsers) -> None:
     p.add_argument("--threshold", type=float, help="override the decoding confidence threshold of the checkpoint")
     p.add_argument("--cache", choices=("prefix", "dual", "none", "left"),
                    help="override the sampler's KV cache mode of the checkpoint")
+    p.add_argument("--free-calls", action="store_true",
+                   help="decode tool calls without the tools' grammar (app.tool_grammar), to measure what it does")
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     p.add_argument("--show-misses", action="store_true", help="print a few failed turns per metric")
     add_model_flags(p)
@@ -37,7 +39,8 @@ def run(args) -> int:
         engine = llm.load(settings.llm_model, device=settings.llm_device)
         options = agent_options_for(settings.llm_model)
         overrides = {"block_length": args.block_length, "threshold": args.threshold, "cache": args.cache}
-        options = dataclasses.replace(options, **{k: v for k, v in overrides.items() if v is not None})
+        options = dataclasses.replace(options, **{k: v for k, v in overrides.items() if v is not None},
+                                      tool_grammar=not args.free_calls)
     except ValueError as exc:
         print(f"parley eval: {exc}", file=sys.stderr)
         return 2
@@ -49,7 +52,8 @@ def run(args) -> int:
     else:
         print(f"held-out front desk, {args.dialogues} dialogues, model {settings.llm_model}, "
               f"{torch.get_num_threads()} CPU threads on {engine.device}, block_length {options.block_length}, "
-              f"threshold {options.threshold}, cache {options.cache}")
+              f"threshold {options.threshold}, cache {options.cache}, "
+              f"tool calls {'under the tools grammar' if options.tool_grammar and options.cache == 'left' else 'free'}")
         print(f"{'metric':<28}{'value':>10}{'turns':>8}")
         rows = [("tool-call exact match", summary["tool_call_exact_match"], report.tool_calls.total),
                 ("no call when none needed", summary["no_call_accuracy"], report.no_call.total),

@@ -1,0 +1,208 @@
+"""Tool calls that always parse: which next token keeps the reply's tool call valid for the tools' schemas.
+
+The left sampler (llm.generate.left_reply) asks `ToolCallGrammar.allows(ids, token)` for the token it would
+commit; a token that would break the call is passed over for the model's best token that keeps it valid
+(constrained decoding, as JSON-schema guided generation does). Outside `<tool_call>` ... `</tool_call>` every
+token is allowed. Inside, the call must be the agent's compact JSON (app.agent.format_tool_call):
+
+    {"name":"<tool>","arguments":{"<key>":"<value>",...}}</tool_call>
+
+with a known tool, its argument keys in the schema's order (the order the training dialogues use), every
+required one present, and each value of its kind: one of the enum's values (day, topic), "HH:MM" on a 24-hour
+clock (time), or text of letters, spaces and a few marks (name, service; never a comma, a digit or a quote).
+A name is also words the caller said, in the order said ("Noah Park" from "This is Noah Park calling"): the
+agent books, cancels and looks up under the caller's own words, never under a name it made up. A value with
+examples (the business's services, app.tools.Toolbox.schemas) is one of them or, likewise, words the caller
+said (a service the business does not offer, which the tool refuses with a reason).
+The model still chooses every value; the grammar only rules out what no tool could take.
+"""
+import json
+from functools import lru_cache
+
+from app.agent import TOOL_CALL_OPEN
+
+TOOL_CALL_CLOSE = "</tool_call>"
+_TEXT_MARKS = {"name": " '-.", "service": " '-&"}  # besides letters
+_TEXT_MAX = 40  # characters of a name or a service
+
+
+class _End(Exception):
+    """The text ran out where the grammar still expects more: a valid prefix."""
+
+
+class _Mismatch(Exception):
+    """The text breaks the grammar."""
+
+
+class _Cursor:
+    def __init__(self, text: str):
+        self.text, self.i = text, 0
+
+    def peek(self) -> str:
+        if self.i >= len(self.text):
+            raise _End
+        return self.text[self.i]
+
+    def literal(self, expected: str) -> None:
+        for char in expected:
+            if self.peek() != char:
+                raise _Mismatch
+            self.i += 1
+
+    def value(self, rule) -> str:
+        """The text up to the next '"' (consumed), judged by rule = (prefix ok, complete): complete if the quote
+        is there, else a valid prefix (the text ran out)."""
+        prefix_ok, complete = rule
+        end = self.text.find('"', self.i)
+        if end < 0:
+            raise _End if prefix_ok(self.text[self.i:]) else _Mismatch
+        value, self.i = self.text[self.i:end], end + 1
+        if not complete(value):
+            raise _Mismatch
+        return value
+
+
+def _one_of(options):
+    """(prefix ok, complete) for a value that must be one of `options`."""
+    return (lambda value: any(o.startswith(value) for o in options)), options.__contains__  # a tuple
+
+
+def _time_prefix(value: str) -> bool:
+    """A prefix of "HH:MM" (00:00-23:59)."""
+    pattern = ("012", "0123456789", ":", "012345", "0123456789")
+    if len(value) > 5 or any(c not in allowed for c, allowed in zip(value, pattern)):
+        return False
+    return not (len(value) >= 2 and value[0] == "2" and value[1] > "3")
+
+
+def _text(marks: str):
+    """(prefix ok, complete) for a name or a service: letters and `marks`, a letter first, no double spaces."""
+    def prefix_ok(value: str) -> bool:
+        return (len(value) <= _TEXT_MAX - value.endswith(" ") and all(c.isalpha() or c in marks for c in value)
+                and (not value or value[0].isalpha()) and "  " not in value)
+    return prefix_ok, lambda value: bool(value) and not value.endswith(" ") and prefix_ok(value)
+
+
+_STRIP = ",.?!;:\"()"
+
+
+def said_words(texts: list[str]) -> tuple[tuple[str, ...], ...]:
+    """The words of each caller message, without the punctuation around them."""
+    return tuple(tuple(w for w in (w.strip(_STRIP) for w in t.split()) if w) for t in texts)
+
+
+def _said_run(rule, said: tuple[tuple[str, ...], ...]):
+    """`rule` (prefix ok, complete) narrowed to a run of consecutive words of one caller message that the rule
+    takes whole (so every prefix it allows can be finished); `rule` itself if no word is one."""
+    prefix_ok, complete = rule
+    if not any(complete(w) for words in said for w in words):
+        return rule
+
+    def runs(value: str, partial: bool) -> bool:
+        parts = value.split(" ")
+        for words in said:
+            for i in range(len(words) - len(parts) + 1):
+                run = words[i:i + len(parts)]
+                if run[:-1] == tuple(parts[:-1]) and (run[-1] == parts[-1] or
+                                                      partial and run[-1].startswith(parts[-1])):
+                    if complete(" ".join(run)):
+                        return True
+        return False
+
+    return (lambda value: prefix_ok(value) and runs(value, True)), (lambda value: complete(value) and
+                                                                     runs(value, False))
+
+
+def _either(a, b):
+    """(prefix ok, complete) of values that either rule takes."""
+    return (lambda value: a[0](value) or b[0](value)), (lambda value: a[1](value) or b[1](value))
+
+
+def _value_rule(key: str, spec: dict):
+    if "enum" in spec:
+        return _one_of(spec["enum"])
+    if key == "time":
+        return _time_prefix, lambda value: len(value) == 5 and _time_prefix(value)
+    return _text(_TEXT_MARKS.get(key, _TEXT_MARKS["name"]))
+
+
+class ToolCallGrammar:
+    """allows(ids, token): may `token` follow the reply `ids`? Built from the tools' JSON-schema descriptions
+    (app.tools.SCHEMAS) and the text of every token of the model's vocabulary."""
+
+    def __init__(self, schemas: list[dict], token_texts: list[str]):
+        self.texts = token_texts  # "" for special tokens (end of turn, roles, mask)
+        self.tools = {}
+        for s in schemas:
+            params = s.get("parameters", {})
+            props = params.get("properties", {})
+            self.tools[s["name"]] = ({k: (_value_rule(k, v), tuple(v.get("examples", ()))) for k, v in props.items()},
+                                     set(params.get("required", ())))
+        self._names = _one_of(tuple(self.tools))
+
+    @classmethod
+    def for_tokenizer(cls, schemas: list[dict], tokenizer) -> "ToolCallGrammar":
+        size = tokenizer.get_vocab_size()
+        return cls(schemas, [tokenizer.decode([i], skip_special_tokens=True) for i in range(size)])
+
+    def allows(self, ids: list[int], token: int, said: tuple[tuple[str, ...], ...] = ()) -> bool:
+        """May `token` follow the reply `ids`? said: the caller's words (said_words), which a name must be."""
+        before = "".join(self.texts[i] for i in ids)
+        if not self.texts[token]:  # a special token (end of turn) may not cut a call short
+            return self.state(before, said) != "open"
+        return self.state(before + self.texts[token], said) != "broken"
+
+    def state(self, text: str, said: tuple[tuple[str, ...], ...] = ()) -> str:
+        """"free" (no call open), "open" (a valid call so far, unfinished) or "broken" for a reply text; with
+        `said` (the caller's words), a name must be a run of them."""
+        start = text.rfind(TOOL_CALL_OPEN)
+        if start < 0:
+            return "free"
+        cursor = _Cursor(text[start + len(TOOL_CALL_OPEN):])
+        try:
+            self._call(cursor, said)
+        except _End:
+            return "open"
+        except _Mismatch:
+            return "broken"
+        return "free"
+
+    def _call(self, c: _Cursor, said) -> None:
+        c.literal('{"name":"')
+        tool = c.value(self._names)
+        c.literal(',"arguments":{')
+        rules, required = self.tools[tool]
+        keys = list(rules)
+        seen, later = set(), keys  # keys come in the schema's order, each at most once, none required skipped
+        while True:
+            if c.peek() == "}" and required <= seen:
+                c.i += 1
+                break
+            if seen:
+                c.literal(",")
+            c.literal('"')
+            stop = next((i for i, k in enumerate(later) if k in required), len(later) - 1)
+            key = c.value(_one_of(tuple(later[:stop + 1])))
+            later = keys[keys.index(key) + 1:]
+            seen.add(key)
+            c.literal(':"')
+            c.value(self._rule(key, *rules[key], said))
+        c.literal("}" + TOOL_CALL_CLOSE)
+
+    @staticmethod
+    def _rule(key: str, rule, examples: tuple[str, ...], said):
+        """A value's rule in this reply: a name is words the caller said; a value with examples is one of them or
+        words the caller said."""
+        if said and (key == "name" or examples):
+            rule = _said_run(rule, said)
+        return _either(_one_of(examples), rule) if examples else rule
+
+
+def grammar_for(tokenizer, schemas: list[dict]) -> ToolCallGrammar:
+    """The grammar of `schemas` for `tokenizer`, built once per pair (an agent is made per session)."""
+    return _grammar_for(tokenizer, json.dumps(schemas))  # the key order is the grammar's
+
+
+@lru_cache(maxsize=8)
+def _grammar_for(tokenizer, schemas_json: str) -> ToolCallGrammar:
+    return ToolCallGrammar.for_tokenizer(json.loads(schemas_json), tokenizer)
