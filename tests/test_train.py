@@ -87,7 +87,7 @@ def test_front_desk_pipeline_writes_a_loadable_checkpoint(tmp_path):
     tokens = engine.tokenizer
     assert {tokens.id_to_token(i) for i in args.copy_roles} == {"<|user|>", "<|tool|>"}
     assert {tokens.id_to_token(i) for i in args.copy_never} == set(chat.PARLEY_SPECIAL_TOKENS)
-    assert len(args.copy_twins) == 1 and not args.copy_lookaround  # lowercase (--hour-twins adds two maps)
+    assert len(args.copy_twins) == 3 and args.copy_lookaround  # lowercase, two digits, afternoon; read back
     assert args.copy_twins[0] and all(tokens.id_to_token(a).lower() == tokens.id_to_token(b) != tokens.id_to_token(a)
                                       for a, b in args.copy_twins[0])
     # the drafter's table knows the training replies: after "<|assistant|>" it guesses a reply's opening
@@ -98,9 +98,9 @@ def test_front_desk_pipeline_writes_a_loadable_checkpoint(tmp_path):
     end = tokenizer.token_to_id(chat.END)
     run_training(load_profile(None), tmp_path / "plain", "tiny", data, opts, copy_head_dim=0)
     assert llm.load(tmp_path / "plain", device="cpu").model.args.copy_head_dim == 0  # a model without the head
-    run_training(load_profile(None), tmp_path / "hours", "tiny", data, opts, hours=True, lookaround=True)
-    args = llm.load(tmp_path / "hours", device="cpu").model.args
-    assert len(args.copy_twins) == 3 and args.copy_lookaround  # lowercase, two digits, afternoon; read back
+    run_training(load_profile(None), tmp_path / "lower", "tiny", data, opts, hours=False, lookaround=False)
+    args = llm.load(tmp_path / "lower", device="cpu").model.args
+    assert len(args.copy_twins) == 1 and not args.copy_lookaround  # lowercase only (--no-hour-twins ...)
     assert all(e.response[-1] == end and len(e.response) <= data.response_len for e in train_set)
 
 
