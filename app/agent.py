@@ -63,6 +63,11 @@ class AgentOptions:
     # tokenizer. NOTE: measured with the shipped model in docs/EMBEDDED_MODEL.md
     tool_grammar: bool = True
 
+    @property
+    def grammar_applies(self) -> bool:
+        """Tool calls are held to the grammar: asked for, and decoded left to right (a grammar needs that)."""
+        return self.tool_grammar and self.cache == "left"
+
 
 DECODE_FIELDS = ("max_new_tokens", "block_length", "threshold", "cache")
 
@@ -168,7 +173,7 @@ class Agent:
     def _grammar(self):
         """The tools' grammar for this engine's vocabulary, when the options ask for it and decoding allows it."""
         tokenizer = getattr(self.engine, "tokenizer", None)
-        if not (self.options.tool_grammar and self.options.cache == "left" and tokenizer is not None):
+        if not (self.options.grammar_applies and tokenizer is not None):
             return None
         from app.tool_grammar import grammar_for
 

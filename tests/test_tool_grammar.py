@@ -81,6 +81,11 @@ def test_the_schemas_alone_leave_services_free(engine):
     assert bare.state(call("book_appointment", BOOK + '"percoloring"}}</tool_call>'), SAID) == "free"
 
 
+def test_a_grammar_needs_left_to_right_decoding(engine):
+    with pytest.raises(ValueError, match="left"):
+        engine.generate([{"role": "user", "content": "Hi."}], use_cache="prefix", allows=lambda ids, token: True)
+
+
 def test_end_of_turn_only_outside_a_call(grammar, engine):
     end = engine.tokenizer.token_to_id("<|end|>")
     ids = engine.tokenizer.encode(call("list_appointments", '"name":"Noah"'), add_special_tokens=False).ids

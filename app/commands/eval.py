@@ -53,7 +53,7 @@ def run(args) -> int:
         print(f"held-out front desk, {args.dialogues} dialogues, model {settings.llm_model}, "
               f"{torch.get_num_threads()} CPU threads on {engine.device}, block_length {options.block_length}, "
               f"threshold {options.threshold}, cache {options.cache}, "
-              f"tool calls {'under the tools grammar' if options.tool_grammar and options.cache == 'left' else 'free'}")
+              f"tool calls {'under the tools grammar' if options.grammar_applies else 'free'}")
         print(f"{'metric':<28}{'value':>10}{'turns':>8}")
         rows = [("tool-call exact match", summary["tool_call_exact_match"], report.tool_calls.total),
                 ("no call when none needed", summary["no_call_accuracy"], report.no_call.total),
