@@ -16,8 +16,8 @@ from typing import Callable
 
 log = logging.getLogger(__name__)
 
-TOOL_CALL_OPEN = "<tool_call>"
-TOOL_CALL_RE = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
+TOOL_CALL_OPEN, TOOL_CALL_CLOSE = "<tool_call>", "</tool_call>"
+TOOL_CALL_RE = re.compile(f"{TOOL_CALL_OPEN}(.*?){TOOL_CALL_CLOSE}", re.DOTALL)
 
 
 def _compact(value) -> str:
@@ -26,7 +26,7 @@ def _compact(value) -> str:
 
 def format_tool_call(name: str, arguments: dict) -> str:
     """The exact assistant text for one tool call (compact JSON)."""
-    return f"{TOOL_CALL_OPEN}{_compact({'name': name, 'arguments': arguments})}</tool_call>"
+    return f"{TOOL_CALL_OPEN}{_compact({'name': name, 'arguments': arguments})}{TOOL_CALL_CLOSE}"
 
 
 def tool_message(name: str, result: dict) -> dict:
@@ -128,11 +128,11 @@ class _SpeechFilter:
                 self.emitted += len(pending) - keep
                 return
             self._say(pending[:start])
-            end = pending.find("</tool_call>", start)
+            end = pending.find(TOOL_CALL_CLOSE, start)
             if end < 0:
                 self.emitted += start
                 return
-            self.emitted += end + len("</tool_call>")
+            self.emitted += end + len(TOOL_CALL_CLOSE)
 
     def _say(self, text: str) -> None:
         if text.strip():

@@ -19,9 +19,8 @@ The model still chooses every value; the grammar only rules out what no tool cou
 import json
 from functools import lru_cache
 
-from app.agent import TOOL_CALL_OPEN
+from app.agent import TOOL_CALL_CLOSE, TOOL_CALL_OPEN
 
-TOOL_CALL_CLOSE = "</tool_call>"
 _TEXT_MARKS = {"name": " '-.", "service": " '-&"}  # besides letters
 _TEXT_MAX = 40  # characters of a name or a service
 

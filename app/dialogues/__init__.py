@@ -7,7 +7,7 @@ import random
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from app.agent import TOOL_CALL_OPEN, AgentOptions
+from app.agent import TOOL_CALL_CLOSE, TOOL_CALL_OPEN, AgentOptions
 from app.dialogues import scenarios
 from app.dialogues.booking import booking
 from app.dialogues.script import Booking, Dialogue, Script
@@ -98,7 +98,7 @@ def cases(dialogues: list[Dialogue]) -> list[Case]:
             calls, results, reply = [], [], ""
             for m in turn:
                 if m["role"] == "assistant" and m["content"].startswith(TOOL_CALL_OPEN):
-                    payload = json.loads(m["content"][len(TOOL_CALL_OPEN):-len("</tool_call>")])
+                    payload = json.loads(m["content"][len(TOOL_CALL_OPEN):-len(TOOL_CALL_CLOSE)])
                     calls.append((payload["name"], payload["arguments"]))
                 elif m["role"] == "tool":
                     results.append(json.loads(m["content"])["result"])
