@@ -162,10 +162,9 @@ class Agent:
         grammar = self._grammar()
         extra = {}
         if grammar is not None:
-            from app.tool_grammar import said_words
+            from app.tool_grammar import heard
 
-            said = said_words([m["content"] for m in messages if m["role"] == "user"])
-            extra["allows"] = functools.partial(grammar.allows, said=said)
+            extra["allows"] = functools.partial(grammar.allows, heard=heard(messages, self.toolbox.profile))
         return self.engine.generate(messages, max_new_tokens=opts.max_new_tokens, block_length=opts.block_length,
                                     threshold=opts.threshold, use_cache=opts.cache, on_block=on_block, cancel=cancel,
                                     **extra)

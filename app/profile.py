@@ -40,6 +40,10 @@ class Profile:
                 return s
         return None
 
+    def open_at(self, t: time) -> bool:
+        """Is the business open at `t` on some day of the week?"""
+        return any(hours[0] <= t < hours[1] for hours in self.hours.values() if hours)
+
     def price_text(self, service: Service) -> str:
         return f"{self.currency}{service.price:g}"
 

@@ -10,16 +10,23 @@ token is allowed. Inside, the call must be the agent's compact JSON (app.agent.f
 with a known tool, its argument keys in the schema's order (the order the training dialogues use), every
 required one present, and each value of its kind: one of the enum's values (day, topic), "HH:MM" on a 24-hour
 clock (time), or text of letters, spaces and a few marks (name, service; never a comma, a digit or a quote).
-A name is also words the caller said, in the order said ("Noah Park" from "This is Noah Park calling"): the
-agent books, cancels and looks up under the caller's own words, never under a name it made up. A value with
-examples (the business's services, app.tools.Toolbox.schemas) is one of them or, likewise, words the caller
-said (a service the business does not offer, which the tool refuses with a reason).
-The model still chooses every value; the grammar only rules out what no tool could take.
+Given what the conversation said (`heard`), values also come from it:
+- a name is a run of capitalized words the caller said, within one phrase ("Noah Park" from "This is Noah Park
+  calling, thanks."; not "Noah Park calling", nor "Tuesday"): the agent books, cancels and looks up under the
+  caller's own name, never under a name it made up;
+- a value with examples (the business's services, app.tools.Toolbox.schemas) is one of them or words the caller
+  said (a service the business does not offer, which the tool refuses with a reason);
+- a time is one the caller or the agent said, read both ways when it may be either ("three thirty": 03:30 or
+  15:30, app.spoken_times); an optional time nobody said is left out ("Anything free on Friday?").
+The model still chooses every value; the grammar only rules out what the conversation never said.
 """
 import json
+import re
+from dataclasses import dataclass
 from functools import lru_cache
 
 from app.agent import TOOL_CALL_CLOSE, TOOL_CALL_OPEN
+from app.spoken_times import times_in
 
 _TEXT_MARKS = {"name": " '-.", "service": " '-&"}  # besides letters
 _TEXT_MAX = 40  # characters of a name or a service
@@ -83,11 +90,74 @@ def _text(marks: str):
 
 
 _STRIP = ",.?!;:\"()"
+# Capitalized words that are not names: a name is a run of the caller's other capitalized words.
+_NOT_NAMES = frozenset("""I I'm I'd I'll I've Monday Tuesday Wednesday Thursday Friday Saturday Sunday January
+February March April May June July August September October November December""".split())
 
 
 def said_words(texts: list[str]) -> tuple[tuple[str, ...], ...]:
     """The words of each caller message, without the punctuation around them."""
     return tuple(tuple(w for w in (w.strip(_STRIP) for w in t.split()) if w) for t in texts)
+
+
+def _name_runs(texts: list[str]) -> tuple[tuple[str, ...], ...]:
+    """The runs of capitalized words in the caller's messages, each within one phrase (between punctuation):
+    "This is Noah Park calling, thanks." -> ("This",), ("Noah", "Park")."""
+    runs = []
+    for text in texts:
+        for phrase in re.split(r"[,.?!;:()\"]", text):
+            run = []
+            for word in phrase.split() + [""]:
+                if word[:1].isupper() and word not in _NOT_NAMES:
+                    run.append(word)
+                elif run:
+                    runs.append(tuple(run))
+                    run = []
+    return tuple(runs)
+
+
+def _services_named(said: tuple[tuple[str, ...], ...], profile) -> tuple[tuple[str, ...], tuple[tuple[str, ...], ...]]:
+    """(the services the caller named, by name or by one of the profile's aliases, longest first: "kids cut" is
+    the kids haircut, not a haircut; the caller's words around those names, runs that name none)."""
+    phrases = sorted(((tuple(w.lower() for w in phrase.split()), s.name) for s in profile.services
+                      for phrase in (s.name, *s.aliases)), key=lambda p: -len(p[0]))
+    named, others = [], []
+    for words in said:
+        lower, start, i = [w.lower() for w in words], 0, 0
+        while i < len(words):
+            hit = next(((len(p), name) for p, name in phrases if tuple(lower[i:i + len(p)]) == p), None)
+            if hit is None:
+                i += 1
+                continue
+            named.append(hit[1])
+            others.append(words[start:i])
+            i = start = i + hit[0]
+        others.append(words[start:])
+    return tuple(dict.fromkeys(named)), tuple(run for run in others if run)
+
+
+@dataclass(frozen=True)
+class Heard:
+    """What the conversation said, that a call's values come from (ToolCallGrammar._rule)."""
+    words: tuple[tuple[str, ...], ...]   # the caller's words, message by message
+    names: tuple[tuple[str, ...], ...]   # runs of the caller's capitalized words
+    times: frozenset[str]                # "HH:MM" that a time said may mean (app.spoken_times)
+    services: tuple[str, ...] = ()       # the business's services the caller named (by name or alias)
+    others: tuple[tuple[str, ...], ...] = ()  # the caller's words between those names
+
+
+def heard(messages: list[dict], profile=None) -> Heard:
+    """What the conversation `messages` (role, content) said: the caller's words and names, and the times the
+    caller or the agent said. With the business's `profile` (app.profile.Profile), a time that may be morning or
+    afternoon is the one the business is open at, when just one is ("quarter to four": 15:45), and the caller's
+    words for its services (names and aliases) are read as the services they name."""
+    said = [m["content"] for m in messages if m["role"] == "user"]
+    spoken = said + [m["content"] for m in messages if m["role"] == "assistant"]
+    open_at = None if profile is None else profile.open_at
+    times = frozenset(t for text in spoken for t in times_in(text, open_at))
+    words = said_words(said)
+    services, others = _services_named(words, profile) if profile is not None else ((), words)
+    return Heard(words, _name_runs(said), times, services, others)
 
 
 def _said_run(rule, said: tuple[tuple[str, ...], ...]):
@@ -144,34 +214,35 @@ class ToolCallGrammar:
         size = tokenizer.get_vocab_size()
         return cls(schemas, [tokenizer.decode([i], skip_special_tokens=True) for i in range(size)])
 
-    def allows(self, ids: list[int], token: int, said: tuple[tuple[str, ...], ...] = ()) -> bool:
-        """May `token` follow the reply `ids`? said: the caller's words (said_words), which a name must be."""
+    def allows(self, ids: list[int], token: int, heard: Heard | None = None) -> bool:
+        """May `token` follow the reply `ids`? heard: what the conversation said (`heard`), which names,
+        services and times must come from; None: only the schemas hold."""
         before = "".join(self.texts[i] for i in ids)
         if not self.texts[token]:  # a special token (end of turn) may not cut a call short
-            return self.state(before, said) != "open"
-        return self.state(before + self.texts[token], said) != "broken"
+            return self.state(before, heard) != "open"
+        return self.state(before + self.texts[token], heard) != "broken"
 
-    def state(self, text: str, said: tuple[tuple[str, ...], ...] = ()) -> str:
-        """"free" (no call open), "open" (a valid call so far, unfinished) or "broken" for a reply text; with
-        `said` (the caller's words), a name must be a run of them."""
+    def state(self, text: str, heard: Heard | None = None) -> str:
+        """"free" (no call open), "open" (a valid call so far, unfinished) or "broken" for a reply text."""
         start = text.rfind(TOOL_CALL_OPEN)
         if start < 0:
             return "free"
         cursor = _Cursor(text[start + len(TOOL_CALL_OPEN):])
         try:
-            self._call(cursor, said)
+            self._call(cursor, heard)
         except _End:
             return "open"
         except _Mismatch:
             return "broken"
         return "free"
 
-    def _call(self, c: _Cursor, said) -> None:
+    def _call(self, c: _Cursor, heard: Heard | None) -> None:
         c.literal('{"name":"')
         tool = c.value(self._names)
         c.literal(',"arguments":{')
         rules, required = self.tools[tool]
-        keys = list(rules)
+        values = {k: self._rule(k, *rules[k], heard, k in required) for k in rules}
+        keys = [k for k in rules if values[k] is not None]  # an optional value nobody said is left out
         seen, later = set(), keys  # keys come in the schema's order, each at most once, none required skipped
         while True:
             if c.peek() == "}" and required <= seen:
@@ -185,16 +256,28 @@ class ToolCallGrammar:
             later = keys[keys.index(key) + 1:]
             seen.add(key)
             c.literal(':"')
-            c.value(self._rule(key, *rules[key], said))
+            c.value(values[key])
         c.literal("}" + TOOL_CALL_CLOSE)
 
     @staticmethod
-    def _rule(key: str, rule, examples: tuple[str, ...], said):
-        """A value's rule in this reply: a name is words the caller said; a value with examples is one of them or
-        words the caller said."""
-        if said and (key == "name" or examples):
-            rule = _said_run(rule, said)
-        return _either(_one_of(examples), rule) if examples else rule
+    def _rule(key: str, rule, examples: tuple[str, ...], heard: Heard | None, required: bool):
+        """A value's rule in this conversation (None: no value it could take, so an optional key is left out).
+
+        A name is a run of the caller's capitalized words (of any of their words if none is capitalized). A time
+        is one said (any, if required and none was). A service is one the caller named, else one of the business's
+        (examples); or the caller's words that name none of them (a service it does not offer)."""
+        if heard is None:
+            return _either(_one_of(examples), rule) if examples else rule
+        if key == "time":
+            if heard.times:
+                return _one_of(tuple(sorted(heard.times)))
+            return rule if required else None
+        if key == "name":
+            named = _said_run(rule, heard.names)
+            return named if named is not rule else _said_run(rule, heard.words)
+        if examples:
+            return _either(_one_of(heard.services or examples), _said_run(rule, heard.others))
+        return rule
 
 
 def grammar_for(tokenizer, schemas: list[dict]) -> ToolCallGrammar:

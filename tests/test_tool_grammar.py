@@ -9,7 +9,7 @@ from app.agent import Agent, agent_options_for
 from app.dialogues import cases, examples, generate
 from app.profile import load_profile
 from app.settings import DEFAULT_LLM_DIR
-from app.tool_grammar import ToolCallGrammar, said_words
+from app.tool_grammar import ToolCallGrammar, heard, said_words
 from app.store import open_store
 from app.tools import SCHEMAS, Toolbox, system_prompt
 
@@ -30,8 +30,11 @@ def call(tool, body):
     return f'<tool_call>{{"name":"{tool}","arguments":{{{body}'
 
 
-SAID = said_words(["Hi. This is Noah Park calling, thanks.", "Tuesday. Can I get a perm?"])
-BOOK = '"name":"Noah","day":"tuesday","time":"10:00","service":'
+SAID = heard([{"role": "user", "content": "Hi. This is Noah Park calling, thanks."},
+              {"role": "assistant", "content": "What day and time?"},
+              {"role": "user", "content": "Tuesday at half past three. Can I get a perm?"}])
+NOTHING_SAID = heard([{"role": "user", "content": "Is anything open on Monday? This is Noah."}])
+BOOK = '"name":"Noah","day":"tuesday","time":"15:30","service":'
 
 
 
@@ -39,6 +42,7 @@ BOOK = '"name":"Noah","day":"tuesday","time":"10:00","service":'
     ("Sure, what day?", "free"),
     (call("book_appointment", '"name":"Noah Park","day":"tuesday","time":"15:30","service":"haircut"}}</tool_call>'),
      "free"),
+    (call("book_appointment", '"name":"Noah Park","day":"tuesday","time":"03:30"'), "open"),  # a.m. or p.m.
     (call("end_call", "}}</tool_call>Goodbye!"), "free"),
     (call("book_appointment", '"name":"Noah'), "open"),
     (call("book_appointment", '"name":"Noah Park","day":"tu'), "open"),
@@ -59,7 +63,10 @@ BOOK = '"name":"Noah","day":"tuesday","time":"10:00","service":'
     (call("list_appointments", '"name":" Noah'), "broken"),           # a letter first
     (call("list_appointments", '"name":"Noah Noah'), "broken"),       # not what the caller said
     (call("list_appointments", '"name":"Noah Pa"'), "broken"),        # a word cut short
-    (call("list_appointments", '"name":"Park calling"}}</tool_call>'), "free"),  # said, if not a name
+    (call("list_appointments", '"name":"Park"}}</tool_call>'), "free"),     # said, if not all the name
+    (call("list_appointments", '"name":"Noah Park calling"'), "broken"),   # "calling" is not a name
+    (call("list_appointments", '"name":"Park Tuesday"'), "broken"),        # nor a day, nor across phrases
+    (call("check_availability", '"day":"monday","time":"15:00"'), "broken"),  # a time nobody said
     (call("book_appointment", BOOK + '"kids haircut"}}</tool_call>'), "free"),  # one of the services
     (call("book_appointment", BOOK + '"perm"}}</tool_call>'), "free"),          # said (refused by the tool)
     (call("book_appointment", BOOK + '"hair col'), "open"),
@@ -68,6 +75,24 @@ BOOK = '"name":"Noah","day":"tuesday","time":"10:00","service":'
 ])
 def test_state_of_a_reply(grammar, text, state):
     assert grammar.state(text, SAID) == state
+
+
+@pytest.mark.parametrize("text, state", [
+    (call("check_availability", '"day":"monday"}}</tool_call>'), "free"),
+    (call("check_availability", '"day":"monday","time"'), "broken"),  # optional, and no time was said
+    (call("book_appointment", '"name":"Noah","day":"monday","time":"11:45"'), "open"),  # required: any
+    (call("list_appointments", '"name":"Noah"}}</tool_call>'), "free"),
+    (call("list_appointments", '"name":"Is"}}</tool_call>'), "free"),  # capitalized, if not a name
+    (call("list_appointments", '"name":"anything"'), "broken"),
+])
+def test_state_when_no_time_was_said(grammar, text, state):
+    assert grammar.state(text, NOTHING_SAID) == state
+
+
+def test_names_of_words_when_none_is_capitalized(grammar):
+    lower = heard([{"role": "user", "content": "this is noah park calling"}])
+    assert grammar.state(call("list_appointments", '"name":"noah park"}}</tool_call>'), lower) == "free"
+    assert grammar.state(call("list_appointments", '"name":"noah bark"'), lower) == "broken"
 
 
 def test_without_the_callers_words_names_and_services_are_any_text(grammar):
@@ -105,9 +130,8 @@ def test_every_call_of_the_dialogues_passes_token_by_token(grammar, engine, spli
     for messages, target in examples(generate(profile, split, 150, seed=5), profile):
         if "<tool_call>" not in target:
             continue
-        said = said_words([m["content"] for m in messages if m["role"] == "user"])
         ids = engine.tokenizer.encode(target, add_special_tokens=False).ids + [end]
-        refused = [k for k in range(len(ids)) if not grammar.allows(ids[:k], ids[k], said)]
+        refused = [k for k in range(len(ids)) if not grammar.allows(ids[:k], ids[k], heard(messages, profile))]
         assert not refused, (target, engine.tokenizer.decode(ids[:refused[0] + 1]))
         checked += 1
     assert checked > 100

@@ -1,0 +1,74 @@
+"""Reading clock times out of transcripts (app.spoken_times), and what the tools' grammar hears in a conversation
+(app.tool_grammar.heard): the times, names and services a tool call may take."""
+from datetime import time
+
+import pytest
+
+from app.dialogues.phrases import time_forms
+from app.profile import load_profile
+from app.spoken_times import times_in
+from app.tool_grammar import heard
+
+
+@pytest.mark.parametrize("text, times", [
+    ("Is tomorrow at one fifteen taken?", {"01:15", "13:15"}),
+    ("Anything at eleven thirty in the morning on Tuesday?", {"11:30"}),
+    ("Could I get a blow dry on Thursday at quarter to four please.", {"03:45", "15:45"}),
+    ("quarter to one", {"00:45", "12:45"}),
+    ("Is there an opening at half past four?", {"04:30", "16:30"}),
+    ("One forty-five in the afternoon is fine.", {"13:45"}),
+    ("How about 9AM?", {"09:00"}),
+    ("Uh, how about 12:30 p.m?", {"12:30"}),
+    ("12 noon", {"12:00"}),
+    ("noon", {"12:00"}),
+    ("six in the evening", {"18:00"}),
+    ("three o'clock in the afternoon", {"15:00"}),
+    ("nine oh five", {"09:05", "21:05"}),
+    ("ten past six", {"06:10", "18:10"}),
+    ("13:45", {"13:45"}),
+    ("Ten, ten would be great.", {"10:00", "22:00"}),  # a comma ends a time: not 10:10
+    ("Call 555-0142; a haircut is $35.", set()),
+    ("The nearest free times are 9:00 AM and 10:30 AM.", {"09:00", "10:30"}),
+])
+def test_times_in(text, times):
+    assert times_in(text) == times
+
+
+def test_every_way_the_dialogues_say_a_time_is_read_right():
+    """Each form the training and held-out dialogues write (app.dialogues.phrases.time_forms), alone and in a
+    sentence, means at most a morning and an afternoon reading, one of them the time meant."""
+    checked = 0
+    for hour in range(24):
+        for minute in (0, 15, 30, 45):
+            for implied in {8 <= hour <= 19, False}:
+                for form in time_forms(hour, minute, implied):
+                    for text in (form, f"At {form}, thanks.", f"How about {form}? Thanks so much."):
+                        got = times_in(text)
+                        assert f"{hour:02d}:{minute:02d}" in got and len(got) <= 2, (text, got)
+                        checked += 1
+    assert checked > 3000
+
+
+def test_opening_hours_choose_between_morning_and_afternoon():
+    profile = load_profile(None)  # open 09:00-20:00 at the latest
+    assert profile.open_at(time(15, 45)) and not profile.open_at(time(3, 45)) and not profile.open_at(time(20, 0))
+    assert times_in("quarter to four", profile.open_at) == {"15:45"}
+    assert times_in("ten thirty", profile.open_at) == {"10:30"}
+    assert times_in("8:30", profile.open_at) == {"08:30", "20:30"}  # closed at both: both stay
+    assert times_in("3 a.m.", profile.open_at) == {"03:00"}          # said: never overruled
+
+
+def test_heard_reads_the_callers_services_by_the_profiles_words():
+    profile = load_profile(None)
+    said = heard([{"role": "user", "content": "Hi, I'd like a haircut for my son, and a beard trim. Also a perm?"}],
+                 profile)
+    assert said.services == ("kids haircut", "beard trim")  # the longest alias: not a haircut, nor a trim
+    assert ("Also", "a", "perm") in said.others              # words that name no service, for one it lacks
+    assert not any("beard" in run or "haircut" in run for run in said.others)
+
+
+def test_heard_names_are_capitalized_runs_within_a_phrase():
+    said = heard([{"role": "user", "content": "This is Noah Park calling. Tuesday works, thanks."},
+                  {"role": "assistant", "content": "Sure, 3 PM?"}])
+    assert said.names == (("This",), ("Noah", "Park"))  # not the day, not across the full stop
+    assert said.times == {"15:00"}                      # times the agent said count too
