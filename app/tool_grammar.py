@@ -89,7 +89,7 @@ def _text(marks: str):
     return prefix_ok, lambda value: bool(value) and not value.endswith(" ") and prefix_ok(value)
 
 
-_STRIP = ",.?!;:\"()"
+_MARKS = ",.?!;:\"()"  # punctuation: around a word, stripped; between words, the end of a phrase
 # Capitalized words that are not names: a name is a run of the caller's other capitalized words.
 _NOT_NAMES = frozenset("""I I'm I'd I'll I've Monday Tuesday Wednesday Thursday Friday Saturday Sunday January
 February March April May June July August September October November December""".split())
@@ -97,7 +97,7 @@ February March April May June July August September October November December"""
 
 def said_words(texts: list[str]) -> tuple[tuple[str, ...], ...]:
     """The words of each caller message, without the punctuation around them."""
-    return tuple(tuple(w for w in (w.strip(_STRIP) for w in t.split()) if w) for t in texts)
+    return tuple(tuple(w for w in (w.strip(_MARKS) for w in t.split()) if w) for t in texts)
 
 
 def _name_runs(texts: list[str]) -> tuple[tuple[str, ...], ...]:
@@ -105,7 +105,7 @@ def _name_runs(texts: list[str]) -> tuple[tuple[str, ...], ...]:
     "This is Noah Park calling, thanks." -> ("This",), ("Noah", "Park")."""
     runs = []
     for text in texts:
-        for phrase in re.split(r"[,.?!;:()\"]", text):
+        for phrase in re.split(f"[{re.escape(_MARKS)}]", text):
             run = []
             for word in phrase.split() + [""]:
                 if word[:1].isupper() and word not in _NOT_NAMES:
@@ -116,9 +116,9 @@ def _name_runs(texts: list[str]) -> tuple[tuple[str, ...], ...]:
     return tuple(runs)
 
 
-def _services_named(said: tuple[tuple[str, ...], ...], profile) -> tuple[tuple[str, ...], tuple[tuple[str, ...], ...]]:
-    """(the services the caller named, by name or by one of the profile's aliases, longest first: "kids cut" is
-    the kids haircut, not a haircut; the caller's words around those names, runs that name none)."""
+def _services_named(said: tuple[tuple[str, ...], ...], profile) -> tuple[tuple[str, ...], tuple]:
+    """(the services the caller named, by name or by one of the profile's aliases, the longest that matches:
+    "kids cut" is the kids haircut, not a haircut; the runs of the caller's words between those names)."""
     phrases = sorted(((tuple(w.lower() for w in phrase.split()), s.name) for s in profile.services
                       for phrase in (s.name, *s.aliases)), key=lambda p: -len(p[0]))
     named, others = [], []
@@ -142,8 +142,8 @@ class Heard:
     words: tuple[tuple[str, ...], ...]   # the caller's words, message by message
     names: tuple[tuple[str, ...], ...]   # runs of the caller's capitalized words
     times: frozenset[str]                # "HH:MM" that a time said may mean (app.spoken_times)
-    services: tuple[str, ...] = ()       # the business's services the caller named (by name or alias)
-    others: tuple[tuple[str, ...], ...] = ()  # the caller's words between those names
+    services: tuple[str, ...]            # the business's services the caller named (by name or alias)
+    others: tuple[tuple[str, ...], ...]  # the caller's words between those names
 
 
 def heard(messages: list[dict], profile=None) -> Heard:

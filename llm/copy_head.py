@@ -6,6 +6,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from llm.linear import Linear
+
 
 @dataclass
 class CopySource:
@@ -54,18 +56,18 @@ class CopyHead(nn.Module):
     def __init__(self, args):  # llm.model.ModelArgs
         super().__init__()
         d, c = args.d_model, args.copy_head_dim
-        self.query = nn.Linear(d, c, bias=False)
-        self.key = nn.Linear(d, c, bias=False)
-        self.prev_key = nn.Linear(d, c, bias=False)  # on the (normalized) embedding of the previous token
-        self.gate = nn.Linear(d, 1)
-        self.copy_gate = nn.Linear(d, 1, bias=False)  # on the expected embedding of the copied token
+        self.query = Linear(d, c, bias=False)
+        self.key = Linear(d, c, bias=False)
+        self.prev_key = Linear(d, c, bias=False)  # on the (normalized) embedding of the previous token
+        self.gate = Linear(d, 1)
+        self.copy_gate = Linear(d, 1, bias=False)  # on the expected embedding of the copied token
         if args.copy_lookaround:
-            self.prev2_key = nn.Linear(d, c, bias=False)  # the token two before
-            self.next_gate = nn.Linear(d, 1, bias=False)  # on the expected embedding of the token after the copied
+            self.prev2_key = Linear(d, c, bias=False)  # the token two before
+            self.next_gate = Linear(d, 1, bias=False)  # on the expected embedding of the token after the copied
         if args.copy_twins:
-            self.fold = nn.Linear(d, len(args.copy_twins))  # copy the token as it is (logit 0) or as a twin
+            self.fold = Linear(d, len(args.copy_twins))  # copy the token as it is (logit 0) or as a twin
             if args.copy_lookaround:
-                self.fold_copy = nn.Linear(d, len(args.copy_twins), bias=False)  # on the copied token
+                self.fold_copy = Linear(d, len(args.copy_twins), bias=False)  # on the copied token
 
     def keys(self, normed, before):
         """Final-normed hidden states (B, S, d) and the normalized embeddings of the tokens 1 (and, with

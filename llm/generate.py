@@ -237,7 +237,7 @@ def left_reply(model, prompt: torch.Tensor, special: SpecialIds, opts: DecodeOpt
     total = n_prompt + opts.max_new_tokens
     canvas = torch.full((1, total), special.mask, dtype=torch.long, device=prompt.device)
     canvas[0, :n_prompt] = prompt
-    cache = model.new_cache(1, total)
+    cache = model.new_cache(1, total + opts.draft_tokens + 1)  # and room for a pass's chunk (_verify)
     hidden = model.trunk(canvas, 0, cache)[:, :n_prompt]
     source = model.copy_source(hidden, prompt[None])  # what a copy head points into (None without one)
     last_row = model.head(hidden[:, -1:], source)[0]  # the last prompt row holds token n_prompt
@@ -259,21 +259,22 @@ def left_reply(model, prompt: torch.Tensor, special: SpecialIds, opts: DecodeOpt
             return Decoded(tokens, passes, "cancelled")
         last = n_prompt + len(tokens) - 1  # the position of the token settled last
         guess = drafter.propose(context, min(opts.draft_tokens, total - 2 - last)) if drafter else []
-        new = _verify(model, cache, source, tokens, last, guess, special.mask, allows)
+        new = _verify(model, cache, total, source, tokens, last, guess, special.mask, allows)
         passes += 1
 
 
-def _verify(model, cache, source, settled: list[int], position: int, guess: list[int], mask_id: int,
+def _verify(model, cache, total: int, source, settled: list[int], position: int, guess: list[int], mask_id: int,
             allows: TokenFilter | None = None) -> list[int]:
     """One left pass: the last settled token at `position`, then the guesses after it -> the matching guesses and
     one token more (with a grammar, each row's choice is its best allowed token after what precedes it).
 
-    Row r sees every cached key but the masks at position .. position + r (the chunk's rows up to r replace
-    them), and the chunk's keys up to row r. The rows that settle write their keys into the cache.
+    Row r sees every cached key of the canvas (its first `total` positions) but the masks at position ..
+    position + r (the chunk's rows up to r replace them), and the chunk's keys up to row r, which trunk_masked
+    writes in the cache's room after the canvas. The rows that settle write their keys into the canvas's part.
     """
     device = cache.k.device
     chunk = torch.tensor([settled[-1], *guess], device=device)[None]  # (1, m)
-    m, total = chunk.shape[1], cache.max_len
+    m = chunk.shape[1]
     rows = torch.arange(m, device=device)[:, None]
     cols = torch.arange(total, device=device)[None]
     allowed = torch.cat([(cols < position) | (cols > position + rows), cols[:, :m] <= rows], dim=1)  # (m, T + m)

@@ -12,6 +12,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import kernels
+from llm.linear import Linear
 from llm.copy_head import CopyHead, CopySource
 
 
@@ -108,14 +109,14 @@ class Block(nn.Module):
         self.args = args
         d, hd = args.d_model, args.head_dim
         self.attn_norm = RMSNorm(d, args.rms_norm_eps)
-        self.q_proj = nn.Linear(d, args.n_heads * hd, bias=args.qkv_bias)
-        self.k_proj = nn.Linear(d, args.n_kv_heads * hd, bias=args.qkv_bias)
-        self.v_proj = nn.Linear(d, args.n_kv_heads * hd, bias=args.qkv_bias)
-        self.attn_out = nn.Linear(args.n_heads * hd, d, bias=False)
+        self.q_proj = Linear(d, args.n_heads * hd, bias=args.qkv_bias)
+        self.k_proj = Linear(d, args.n_kv_heads * hd, bias=args.qkv_bias)
+        self.v_proj = Linear(d, args.n_kv_heads * hd, bias=args.qkv_bias)
+        self.attn_out = Linear(args.n_heads * hd, d, bias=False)
         self.ff_norm = RMSNorm(d, args.rms_norm_eps)
-        self.ff_proj = nn.Linear(d, args.mlp_hidden_size, bias=False)  # the SwiGLU gate
-        self.up_proj = nn.Linear(d, args.mlp_hidden_size, bias=False)
-        self.ff_out = nn.Linear(args.mlp_hidden_size, d, bias=False)
+        self.ff_proj = Linear(d, args.mlp_hidden_size, bias=False)  # the SwiGLU gate
+        self.up_proj = Linear(d, args.mlp_hidden_size, bias=False)
+        self.ff_out = Linear(args.mlp_hidden_size, d, bias=False)
 
     def project(self, x):
         """Normed residual (B, T, d) -> q (B, H, T, D), k, v (B, Hkv, T, D), before rotary embedding."""
@@ -182,7 +183,7 @@ class Transformer(nn.Module):
             ln_f=RMSNorm(args.d_model, args.rms_norm_eps),
         ))
         if not args.weight_tying:
-            self.transformer["ff_out"] = nn.Linear(args.d_model, args.vocab_size, bias=False)
+            self.transformer["ff_out"] = Linear(args.d_model, args.vocab_size, bias=False)
         if args.copy_head_dim:
             self.transformer["copy"] = CopyHead(args)
         self.reset_rope()
@@ -231,11 +232,14 @@ class Transformer(nn.Module):
 
     def trunk_masked(self, ids, positions, allowed, past: KVCache | None = None, past_len: int = 0):
         """The trunk with an explicit attention mask, for layouts no cache mode covers (training's left-context
-        sequences, the left sampler's verification passes). Writes nothing into `past`.
+        sequences, the left sampler's verification passes). Leaves the first past_len positions of `past` as
+        they are.
 
         ids, positions (B, T); the keys are the first past_len positions of `past`, then this chunk's T tokens;
         allowed (B, T, past_len + T) bool, True = attend. -> (residual (B, T, d_model), [(k, v) (B, Hkv, T, D)
-        of the chunk for each layer], for the caller to write where it chooses).
+        of the chunk for each layer], for the caller to write where it chooses). When `past` has room for T more
+        positions after past_len, the chunk's keys are written there and attention reads the cache in place;
+        otherwise they are appended to a copy of it.
         """
         a = self.args
         cos, sin = self.rope_cos[positions][:, None], self.rope_sin[positions][:, None]  # (B, 1, T, D)
@@ -246,7 +250,11 @@ class Transformer(nn.Module):
             q, k, v = block.project(block.attn_norm(x))
             q, k = kernels.rope_ref(q, k, cos, sin)
             chunk_kv.append((k, v))
-            if past is not None and past_len:
+            if past is not None and past_len and past.max_len >= past_len + ids.shape[1]:
+                past.k[i][:, :, past_len:past_len + ids.shape[1]] = k  # the spare room: no copy of the cache
+                past.v[i][:, :, past_len:past_len + ids.shape[1]] = v
+                k, v = past.k[i][:, :, :past_len + ids.shape[1]], past.v[i][:, :, :past_len + ids.shape[1]]
+            elif past is not None and past_len:
                 k = torch.cat([past.k[i][:, :, :past_len], k], dim=2)  # (B, Hkv, past_len + T, D)
                 v = torch.cat([past.v[i][:, :, :past_len], v], dim=2)
             if groups > 1:
