@@ -50,6 +50,12 @@ class TurnResult:
     llm_s: float = 0.0              # seconds spent in the language model
     cancelled: bool = False
 
+    def count(self, gen) -> None:
+        """Add one generation's cost (llm.engine.Generation)."""
+        self.llm_s += gen.seconds
+        self.passes += gen.passes
+        self.tokens += gen.tokens
+
 
 @dataclass(frozen=True)
 class AgentOptions:
@@ -157,17 +163,32 @@ class Agent:
         system = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
         return system + self.messages[start:]
 
-    def _generate(self, messages: list[dict], on_block=None, cancel: threading.Event | None = None):
+    def _generate(self, messages: list[dict], on_block=None, cancel: threading.Event | None = None,
+                  call: bool = True):
+        """The model's next message; with the tools' grammar, its tool calls are held to it, and with
+        call=False it may make none."""
         opts = self.options
         grammar = self._grammar()
         extra = {}
-        if grammar is not None:
+        if grammar is not None and not call:
+            extra["allows"] = grammar.no_call
+        elif grammar is not None:
             from app.tool_grammar import heard
 
             extra["allows"] = functools.partial(grammar.allows, heard=heard(messages, self.toolbox.profile))
         return self.engine.generate(messages, max_new_tokens=opts.max_new_tokens, block_length=opts.block_length,
                                     threshold=opts.threshold, use_cache=opts.cache, on_block=on_block, cancel=cancel,
                                     **extra)
+
+    def _grounded(self, calls: list[tuple[str, dict]]) -> bool:
+        """Did the conversation give every day, time and service of these calls (app.tool_grammar.Heard.grounds)?
+        Always, without the grammar (a big checkpoint's calls run as written)."""
+        if self._grammar() is None:
+            return True
+        from app.tool_grammar import heard
+
+        said = heard(self.prompt(), self.toolbox.profile)
+        return all(not name or said.grounds(arguments) for name, arguments in calls)
 
     def _grammar(self):
         """The tools' grammar for this engine's vocabulary, when the options ask for it and decoding allows it."""
@@ -203,10 +224,13 @@ class Agent:
                 speech.feed(gen.text)
             else:
                 gen = self._generate(self.prompt(), on_block=speech.feed, cancel=cancel)
-            turn.llm_s += gen.seconds
-            turn.passes += gen.passes
-            turn.tokens += gen.tokens
+            turn.count(gen)
             calls, spoken = parse_tool_calls(gen.text)
+            if calls and not spoken and gen.stopped != "cancelled" and not self._grounded(calls):
+                # the model filled in a detail nobody gave (a time, a service): it asks for it instead
+                gen = self._generate(self.prompt(), on_block=speech.feed, cancel=cancel, call=False)
+                turn.count(gen)
+                calls, spoken = parse_tool_calls(gen.text)
             turn.reply = " ".join(filter(None, [turn.reply, spoken]))
             if gen.stopped == "cancelled":
                 turn.cancelled = True

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from app.agent import TOOL_CALL_CLOSE, TOOL_CALL_OPEN
+from app.profile import WEEKDAYS
 from app.spoken_times import times_in
 
 _TEXT_MARKS = {"name": " '-.", "service": " '-&"}  # besides letters
@@ -91,8 +92,11 @@ def _text(marks: str):
 
 _MARKS = ",.?!;:\"()"  # punctuation: around a word, stripped; between words, the end of a phrase
 # Capitalized words that are not names: a name is a run of the caller's other capitalized words.
-_NOT_NAMES = frozenset("""I I'm I'd I'll I've Monday Tuesday Wednesday Thursday Friday Saturday Sunday January
+_NOT_NAMES = frozenset("""I I'm I'd I'll I've AM PM Monday Tuesday Wednesday Thursday Friday Saturday Sunday January
 February March April May June July August September October November December""".split())
+
+
+_DAY_WORDS = {d: d for d in ("today", "tomorrow", *WEEKDAYS)} | {"tonight": "today"}
 
 
 def said_words(texts: list[str]) -> tuple[tuple[str, ...], ...]:
@@ -144,6 +148,87 @@ class Heard:
     times: frozenset[str]                # "HH:MM" that a time said may mean (app.spoken_times)
     services: tuple[str, ...]            # the business's services the caller named (by name or alias)
     others: tuple[tuple[str, ...], ...]  # the caller's words between those names
+    days: frozenset[str]                 # the days (today, tomorrow, a weekday) the caller or the agent said
+
+    def grounds(self, arguments: dict) -> bool:
+        """Did the conversation give the day, time and service of a call's `arguments` (those it has)? A call
+        that fails is one the model completed with a value of its own (a time nobody said, the first service on
+        the list): the agent asks for the missing detail instead of running it."""
+        day, time, service = (arguments.get(k) for k in ("day", "time", "service"))
+        return ((day is None or day in self.days) and (time is None or time in self.times)
+                and (service is None or service in self.services or self._said(service)))
+
+    def _said(self, text: str) -> bool:
+        """Is `text` a run of the caller's words that names none of the business's services?"""
+        words = text.lower().split()
+        return any([w.lower() for w in run[i:i + len(words)]] == words
+                   for run in self.others for i in range(len(run) - len(words) + 1))
+
+
+_DAY_WORDS = {d: d for d in ("today", "tomorrow", *WEEKDAYS)} | {"tonight": "today"}
+
+
+def said_words(texts: list[str]) -> tuple[tuple[str, ...], ...]:
+    """The words of each caller message, without the punctuation around them."""
+    return tuple(tuple(w for w in (w.strip(_MARKS) for w in t.split()) if w) for t in texts)
+
+
+def _name_runs(texts: list[str]) -> tuple[tuple[str, ...], ...]:
+    """The runs of capitalized words in the caller's messages, each within one phrase (between punctuation):
+    "This is Noah Park calling, thanks." -> ("This",), ("Noah", "Park")."""
+    runs = []
+    for text in texts:
+        for phrase in re.split(f"[{re.escape(_MARKS)}]", text):
+            run = []
+            for word in phrase.split() + [""]:
+                if word[:1].isupper() and word not in _NOT_NAMES:
+                    run.append(word)
+                elif run:
+                    runs.append(tuple(run))
+                    run = []
+    return tuple(runs)
+
+
+def _services_named(said: tuple[tuple[str, ...], ...], profile) -> tuple[tuple[str, ...], tuple]:
+    """(the services the caller named, by name or by one of the profile's aliases, the longest that matches:
+    "kids cut" is the kids haircut, not a haircut; the runs of the caller's words between those names)."""
+    phrases = sorted(((tuple(w.lower() for w in phrase.split()), s.name) for s in profile.services
+                      for phrase in (s.name, *s.aliases)), key=lambda p: -len(p[0]))
+    named, others = [], []
+    for words in said:
+        lower, start, i = [w.lower() for w in words], 0, 0
+        while i < len(words):
+            hit = next(((len(p), name) for p, name in phrases if tuple(lower[i:i + len(p)]) == p), None)
+            if hit is None:
+                i += 1
+                continue
+            named.append(hit[1])
+            others.append(words[start:i])
+            i = start = i + hit[0]
+        others.append(words[start:])
+    return tuple(dict.fromkeys(named)), tuple(run for run in others if run)
+
+
+@dataclass(frozen=True)
+class Heard:
+    """What the conversation said, that a call's values come from (ToolCallGrammar._rule)."""
+    words: tuple[tuple[str, ...], ...]   # the caller's words, message by message
+    names: tuple[tuple[str, ...], ...]   # runs of the caller's capitalized words
+    times: frozenset[str]                # "HH:MM" that a time said may mean (app.spoken_times)
+    services: tuple[str, ...]            # the business's services the caller named (by name or alias)
+    others: tuple[tuple[str, ...], ...]  # the caller's words between those names
+    days: frozenset[str]                 # the days (today, tomorrow, a weekday) the caller or the agent said
+
+    def grounds(self, arguments: dict) -> bool:
+        """Did the conversation give every day, time and service of a call's `arguments`? A call that fails is
+        one the model completed with a value of its own (a time nobody said, the first service on the list):
+        the agent asks for the missing detail instead of running it."""
+        def said_service(value: str) -> bool:
+            return value in self.services or any(" ".join(run[i:i + len(value.split())]) == value
+                                                 for run in self.others for i in range(len(run)))
+        return (arguments.get("day", next(iter(self.days), None)) in self.days | {None}
+                and arguments.get("time") in self.times | {None}
+                and said_service(arguments.get("service", next(iter(self.services), ""))) or False)
 
 
 def heard(messages: list[dict], profile=None) -> Heard:
@@ -157,7 +242,9 @@ def heard(messages: list[dict], profile=None) -> Heard:
     times = frozenset(t for text in spoken for t in times_in(text, open_at))
     words = said_words(said)
     services, others = _services_named(words, profile) if profile is not None else ((), words)
-    return Heard(words, _name_runs(said), times, services, others)
+    days = frozenset(_DAY_WORDS[w.lower()] for text in spoken for w in said_words([text])[0]
+                     if w.lower() in _DAY_WORDS)
+    return Heard(words, _name_runs(said), times, services, others, days)
 
 
 def _said_run(rule, said: tuple[tuple[str, ...], ...]):
@@ -221,6 +308,10 @@ class ToolCallGrammar:
         if not self.texts[token]:  # a special token (end of turn) may not cut a call short
             return self.state(before, heard) != "open"
         return self.state(before + self.texts[token], heard) != "broken"
+
+    def no_call(self, ids: list[int], token: int) -> bool:
+        """May `token` follow the reply `ids` in a reply that makes no tool call? (No "<": the call's opening.)"""
+        return TOOL_CALL_OPEN[0] not in self.texts[token]
 
     def state(self, text: str, heard: Heard | None = None) -> str:
         """"free" (no call open), "open" (a valid call so far, unfinished) or "broken" for a reply text."""

@@ -1,6 +1,7 @@
 """The tools' grammar (app.tool_grammar): every call the agent is trained to write passes it token by token,
 and what no tool could take is refused."""
 import dataclasses
+from datetime import datetime
 
 import pytest
 
@@ -164,3 +165,52 @@ def test_agent_with_the_grammar_writes_only_calls_the_tools_take(engine):
         free, _ = calls(case, False)
         broken_free += sum(not c.name or not c.result["ok"] and c.result["error"].startswith(c.name) for c in free)
     assert broken_free, "without the grammar no call broke in these turns: the test would prove nothing"
+
+
+class _PreferenceModel:
+    """A test double of the embedded engine: it would write the first of `replies(messages)` that the decoding
+    filter (`allows`, the tools' grammar) lets through token by token, as constrained decoding would."""
+
+    chat_style = "parley"
+
+    def __init__(self, tokenizer, replies):
+        self.tokenizer, self.replies, self.filters = tokenizer, replies, []
+
+    def generate(self, messages, *, allows=None, on_block=None, cancel=None, **_):
+        from tests.fakes import FakeGeneration
+
+        self.filters.append(allows)
+        for text in self.replies(messages):
+            ids = self.tokenizer.encode(text, add_special_tokens=False).ids
+            if allows is None or all(allows(ids[:k], ids[k]) for k in range(len(ids))):
+                if on_block is not None:
+                    on_block(text)
+                return FakeGeneration(text, 1, len(ids), 0.001, 0.001, "eos")
+        raise AssertionError(f"the grammar refused every reply: {self.replies(messages)}")
+
+
+@pytest.mark.parametrize("said, runs", [
+    ("Could you book me a haircut on Thursday? This is Noah.", False),        # no time: it asks
+    ("Could you book me on Thursday at 3 pm? This is Noah.", False),          # no service: it asks
+    ("Could you book me a haircut on Thursday at 3 pm? This is Noah.", True),  # all given: it books
+])
+def test_the_agent_asks_for_a_detail_the_caller_never_gave(engine, said, runs):
+    """A call the model completes with a value of its own (a time nobody said, the first service on the list) is
+    not run: the agent writes the model's best reply without a call instead."""
+    profile = load_profile(None)
+    toolbox = Toolbox(profile, open_store(":memory:"), now=lambda: datetime(2027, 1, 4, 9, 0))  # a Monday
+    call = '<tool_call>{"name":"book_appointment","arguments":{"name":"Noah","day":"thursday","time":"15:00",' \
+           '"service":"haircut"}}</tool_call>'
+
+    def replies(messages):
+        if messages[-1]["role"] == "tool":
+            return ["You're all set, Noah."]
+        return [call, "What time and service would you like?"]
+
+    model = _PreferenceModel(engine.tokenizer, replies)
+    agent = Agent(model, toolbox, None, agent_options_for(DEFAULT_LLM_DIR))
+    turn = agent.respond(said)
+    assert [c.name for c in turn.tool_calls] == (["book_appointment"] if runs else [])
+    assert turn.reply == ("You're all set, Noah." if runs else "What time and service would you like?")
+    assert bool(toolbox.store.for_name("Noah")) == runs
+    assert all("<tool_call>" not in m["content"] for m in agent.messages if m["role"] == "assistant") != runs
