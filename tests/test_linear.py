@@ -29,3 +29,11 @@ def test_the_transposed_copy_follows_the_weight():
         layer.load_state_dict({"weight": torch.ones(4, 8)})
         assert torch.allclose(layer(x), x.sum(-1, keepdim=True).expand(3, 4), atol=1e-6)
     assert set(layer.state_dict()) == {"weight"}  # the copy is not part of the checkpoint
+
+
+def test_big_weights_keep_nn_linear_and_no_copy():
+    layer = Linear(8, 4, bias=False)
+    layer.SMALL = 16  # as if the weight (32 elements) were a big checkpoint's
+    with torch.no_grad():
+        y = layer(torch.ones(2, 8))
+    assert layer._transposed is None and torch.allclose(y, layer.weight.sum(-1).expand(2, 4))

@@ -14,6 +14,8 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class DataOptions:
+    # NOTE: 12000 (each example seen ~1.7 times in 5000 steps, not ~3.4) lowered the held-out loss 0.397 -> 0.338
+    # but scored 63.1% held-out exact match under the grammar against 68.8% (docs/EMBEDDED_MODEL.md)
     train_dialogues: int = 6000
     heldout_dialogues: int = 300
     vocab_size: int = 1024
