@@ -116,13 +116,16 @@ def times_in(text: str, open_at=None) -> set[str]:
     found = set()
     i = 0
     while i < len(words):
-        reading = _relative(words, i) or (_hour(words, i) or (None,))[:3] + (0,)
-        if reading[0] is None:
-            i += 1
-            continue
+        reading = _relative(words, i)
+        if reading is None:
+            clock = _hour(words, i)
+            if clock is None:
+                i += 1
+                continue
+            reading = (*clock, 0)
         hour, minute, read, shift = reading
         part = _part_of_day(words, i + read)
-        if hour > 12 or words[i] in ("0", "00", "noon", "midday", "midnight") or words[i].startswith("0"):
+        if hour > 12 or words[i].startswith("0") or words[i] in ("noon", "midday", "midnight"):
             hours = {hour}  # a 24-hour reading, or noon and midnight
         elif part == "am":
             hours = {hour % 12}
