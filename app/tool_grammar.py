@@ -91,9 +91,13 @@ def _text(marks: str):
 
 
 _MARKS = ",.?!;:\"()"  # punctuation: around a word, stripped; between words, the end of a phrase
-# Capitalized words that are not names: a name is a run of the caller's other capitalized words.
+# Capitalized words that are not names: a name is a run of the caller's other capitalized words. Besides "I", the
+# days and the months: greetings and the words that open an answer ("Hi, ...", "Okay, ...", "Wonderful, thank
+# you."), which a transcript capitalizes at the start of a sentence. A name made of these alone was not given.
 _NOT_NAMES = frozenset("""I I'm I'd I'll I've AM PM Monday Tuesday Wednesday Thursday Friday Saturday Sunday January
-February March April May June July August September October November December""".split())
+February March April May June July August September October November December Hi Hello Hey Hiya Yes Yeah Yep No
+Nope Okay Ok OK Oh Um Uh Hmm Well So Right Sure Thanks Please Great Perfect Fine Cool Awesome Wonderful Alright
+Good Bye Goodbye""".split())
 
 
 _DAY_WORDS = {d: d for d in ("today", "tomorrow", *WEEKDAYS)} | {"tonight": "today"}
@@ -149,14 +153,24 @@ class Heard:
     services: tuple[str, ...]            # the business's services the caller named (by name or alias)
     others: tuple[tuple[str, ...], ...]  # the caller's words between those names
     days: frozenset[str]                 # the days (today, tomorrow, a weekday) the caller or the agent said
+    cased: bool                          # the caller's transcript has capitals, so names are capitalized
 
     def grounds(self, arguments: dict) -> bool:
-        """Did the conversation give the day, time and service of a call's `arguments` (those it has)? A call
-        that fails is one the model completed with a value of its own (a time nobody said, the first service on
-        the list): the agent asks for the missing detail instead of running it."""
-        day, time, service = (arguments.get(k) for k in ("day", "time", "service"))
+        """Did the conversation give the day, time, service and name of a call's `arguments` (those it has)? A
+        call that fails is one the model completed with a value of its own (a time nobody said, the first service
+        on the list, "Hi" for a name): the agent asks for the missing detail instead of running it."""
+        day, time, service, name = (arguments.get(k) for k in ("day", "time", "service", "name"))
         return ((day is None or day in self.days) and (time is None or time in self.times)
-                and (service is None or service in self.services or self._said(service)))
+                and (service is None or service in self.services or self._said(service))
+                and (name is None or self._named(name)))
+
+    def _named(self, name: str) -> bool:
+        """Is `name` one the caller gave? In a transcript with capitals (Whisper's), a run of `names`; in one
+        without, any words of the caller's but those that are never names ("hi", "okay")."""
+        if not self.cased:
+            return not all(w.capitalize() in _NOT_NAMES for w in name.split())
+        parts = tuple(name.split())
+        return any(run[i:i + len(parts)] == parts for run in self.names for i in range(len(run)))
 
     def _said(self, text: str) -> bool:
         """Is `text` a run of the caller's words that names none of the business's services?"""
@@ -178,7 +192,7 @@ def heard(messages: list[dict], profile=None) -> Heard:
     services, others = _services_named(words, profile) if profile is not None else ((), words)
     days = frozenset(_DAY_WORDS[w.lower()] for text in spoken for w in said_words([text])[0]
                      if w.lower() in _DAY_WORDS)
-    return Heard(words, _name_runs(said), times, services, others, days)
+    return Heard(words, _name_runs(said), times, services, others, days, any(c.isupper() for c in "".join(said)))
 
 
 def _said_run(rule, said: tuple[tuple[str, ...], ...]):

@@ -72,3 +72,15 @@ def test_heard_names_are_capitalized_runs_within_a_phrase():
                   {"role": "assistant", "content": "Sure, 3 PM?"}])
     assert said.names == (("This",), ("Noah", "Park"))  # not the day, not across the full stop
     assert said.times == {"15:00"}                      # times the agent said count too
+
+
+@pytest.mark.parametrize("said, name, given", [
+    ("This is Noah Park calling.", "Noah Park", True),
+    ("This is Noah Park calling.", "Noah", True),
+    ("Hi. Could I get a haircut at 3?", "Hi", False),        # a greeting is never a name
+    ("Hey. I was hoping to get a haircut.", "was hoping", False),  # nor, in a cased transcript, lowercase words
+    ("this is noah calling", "noah", True),                 # a transcript without capitals: any words
+    ("hi could i get a haircut", "hi", False),
+])
+def test_a_name_the_caller_gave(said, name, given):
+    assert heard([{"role": "user", "content": said}]).grounds({"name": name}) == given

@@ -6,7 +6,7 @@ from datetime import datetime
 import pytest
 
 import llm
-from app.agent import Agent, agent_options_for
+from app.agent import Agent, agent_options_for, parse_tool_calls
 from app.dialogues import cases, examples, generate
 from app.profile import load_profile
 from app.settings import DEFAULT_LLM_DIR
@@ -124,16 +124,18 @@ def test_end_of_turn_only_outside_a_call(grammar, engine):
 @pytest.mark.parametrize("split", ["train", "heldout"])
 def test_every_call_of_the_dialogues_passes_token_by_token(grammar, engine, split):
     """The grammar never stands in the way of a right call: each training target is allowed token by token,
-    with the caller's words of its prompt."""
+    with what its prompt said, and the agent would run it (the conversation gave its details)."""
     profile = load_profile(None)
     end = engine.tokenizer.token_to_id("<|end|>")
     checked = 0
     for messages, target in examples(generate(profile, split, 150, seed=5), profile):
         if "<tool_call>" not in target:
             continue
+        said = heard(messages, profile)
         ids = engine.tokenizer.encode(target, add_special_tokens=False).ids + [end]
-        refused = [k for k in range(len(ids)) if not grammar.allows(ids[:k], ids[k], heard(messages, profile))]
+        refused = [k for k in range(len(ids)) if not grammar.allows(ids[:k], ids[k], said)]
         assert not refused, (target, engine.tokenizer.decode(ids[:refused[0] + 1]))
+        assert all(said.grounds(arguments) for _, arguments in parse_tool_calls(target)[0]), target
         checked += 1
     assert checked > 100
 
@@ -189,28 +191,29 @@ class _PreferenceModel:
         raise AssertionError(f"the grammar refused every reply: {self.replies(messages)}")
 
 
-@pytest.mark.parametrize("said, runs", [
-    ("Could you book me a haircut on Thursday? This is Noah.", False),        # no time: it asks
-    ("Could you book me on Thursday at 3 pm? This is Noah.", False),          # no service: it asks
-    ("Could you book me a haircut on Thursday at 3 pm? This is Noah.", True),  # all given: it books
+@pytest.mark.parametrize("said, name, runs", [
+    ("Could you book me a haircut on Thursday? This is Noah.", "Noah", False),        # no time: it asks
+    ("Could you book me on Thursday at 3 pm? This is Noah.", "Noah", False),          # no service: it asks
+    ("Hi. Could you book me a haircut on Thursday at 3 pm?", "Hi", False),            # no name: it asks
+    ("Could you book me a haircut on Thursday at 3 pm? This is Noah.", "Noah", True),  # all given: it books
 ])
-def test_the_agent_asks_for_a_detail_the_caller_never_gave(engine, said, runs):
+def test_the_agent_asks_for_a_detail_the_caller_never_gave(engine, said, name, runs):
     """A call the model completes with a value of its own (a time nobody said, the first service on the list) is
     not run: the agent writes the model's best reply without a call instead."""
     profile = load_profile(None)
     toolbox = Toolbox(profile, open_store(":memory:"), now=lambda: datetime(2027, 1, 4, 9, 0))  # a Monday
-    call = '<tool_call>{"name":"book_appointment","arguments":{"name":"Noah","day":"thursday","time":"15:00",' \
+    call = f'<tool_call>{{"name":"book_appointment","arguments":{{"name":"{name}","day":"thursday","time":"15:00",' \
            '"service":"haircut"}}</tool_call>'
 
     def replies(messages):
         if messages[-1]["role"] == "tool":
-            return ["You're all set, Noah."]
+            return [f"You're all set, {name}."]
         return [call, "What time and service would you like?"]
 
     model = _PreferenceModel(engine.tokenizer, replies)
     agent = Agent(model, toolbox, None, agent_options_for(DEFAULT_LLM_DIR))
     turn = agent.respond(said)
     assert [c.name for c in turn.tool_calls] == (["book_appointment"] if runs else [])
-    assert turn.reply == ("You're all set, Noah." if runs else "What time and service would you like?")
-    assert bool(toolbox.store.for_name("Noah")) == runs
+    assert turn.reply == (f"You're all set, {name}." if runs else "What time and service would you like?")
+    assert bool(toolbox.store.for_name(name)) == runs
     assert all("<tool_call>" not in m["content"] for m in agent.messages if m["role"] == "assistant") != runs
