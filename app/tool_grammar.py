@@ -217,6 +217,13 @@ def _said_run(rule, said: tuple[tuple[str, ...], ...]):
                                                                      runs(value, False))
 
 
+def _markup(text: str) -> bool:
+    """Does spoken text hold what only a tool call may: a brace, or a "<" that does not open a call (a stray
+    '"}}</tool_call>' after a reply would be spoken)?"""
+    tag = text.rfind("<")
+    return "{" in text or "}" in text or tag >= 0 and not TOOL_CALL_OPEN.startswith(text[tag:])
+
+
 def _either(a, b):
     """(prefix ok, complete) of values that either rule takes."""
     return (lambda value: a[0](value) or b[0](value)), (lambda value: a[1](value) or b[1](value))
@@ -265,7 +272,7 @@ class ToolCallGrammar:
         """"free" (no call open), "open" (a valid call so far, unfinished) or "broken" for a reply text."""
         start = text.rfind(TOOL_CALL_OPEN)
         if start < 0:
-            return "free"
+            return "broken" if _markup(text) else "free"
         cursor = _Cursor(text[start + len(TOOL_CALL_OPEN):])
         try:
             self._call(cursor, heard)
@@ -273,7 +280,7 @@ class ToolCallGrammar:
             return "open"
         except _Mismatch:
             return "broken"
-        return "free"
+        return "broken" if _markup(cursor.text[cursor.i:]) else "free"
 
     def _call(self, c: _Cursor, heard: Heard | None) -> None:
         c.literal('{"name":"')

@@ -45,6 +45,10 @@ BOOK = '"name":"Noah","day":"tuesday","time":"15:30","service":'
      "free"),
     (call("book_appointment", '"name":"Noah Park","day":"tuesday","time":"03:30"'), "open"),  # a.m. or p.m.
     (call("end_call", "}}</tool_call>Goodbye!"), "free"),
+    (call("end_call", '}}</tool_call>Goodbye!"}}</tool_call>'), "broken"),  # markup after the call is spoken
+    ('You are all set."}}</tool_call>', "broken"),                     # a close with no call open
+    ("Sure <tool_c", "free"),                                          # a call opening
+    ("Two < three", "broken"),
     (call("book_appointment", '"name":"Noah'), "open"),
     (call("book_appointment", '"name":"Noah Park","day":"tu'), "open"),
     (call("check_availability", '"day":"monday","time":"1'), "open"),
@@ -123,20 +127,19 @@ def test_end_of_turn_only_outside_a_call(grammar, engine):
 
 @pytest.mark.parametrize("split", ["train", "heldout"])
 def test_every_call_of_the_dialogues_passes_token_by_token(grammar, engine, split):
-    """The grammar never stands in the way of a right call: each training target is allowed token by token,
-    with what its prompt said, and the agent would run it (the conversation gave its details)."""
+    """The grammar never stands in the way of a right reply: each training target, call or spoken reply, is allowed
+    token by token with what its prompt said, and the agent would run its calls (the conversation gave their
+    details)."""
     profile = load_profile(None)
     end = engine.tokenizer.token_to_id("<|end|>")
     checked = 0
     for messages, target in examples(generate(profile, split, 150, seed=5), profile):
-        if "<tool_call>" not in target:
-            continue
         said = heard(messages, profile)
         ids = engine.tokenizer.encode(target, add_special_tokens=False).ids + [end]
         refused = [k for k in range(len(ids)) if not grammar.allows(ids[:k], ids[k], said)]
         assert not refused, (target, engine.tokenizer.decode(ids[:refused[0] + 1]))
         assert all(said.grounds(arguments) for _, arguments in parse_tool_calls(target)[0]), target
-        checked += 1
+        checked += "<tool_call>" in target
     assert checked > 100
 
 
