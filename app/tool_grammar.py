@@ -2,8 +2,9 @@
 
 The left sampler (llm.generate.left_reply) asks `ToolCallGrammar.allows(ids, token)` for the token it would
 commit; a token that would break the call is passed over for the model's best token that keeps it valid
-(constrained decoding, as JSON-schema guided generation does). Outside `<tool_call>` ... `</tool_call>` every
-token is allowed. Inside, the call must be the agent's compact JSON (app.agent.format_tool_call):
+(constrained decoding, as JSON-schema guided generation does). Outside `<tool_call>` ... `</tool_call>` the text
+is spoken: any token but a brace or a "<" that does not open a call. Inside, the call must be the agent's compact
+JSON (app.agent.format_tool_call):
 
     {"name":"<tool>","arguments":{"<key>":"<value>",...}}</tool_call>
 
@@ -12,13 +13,16 @@ required one present, and each value of its kind: one of the enum's values (day,
 clock (time), or text of letters, spaces and a few marks (name, service; never a comma, a digit or a quote).
 Given what the conversation said (`heard`), values also come from it:
 - a name is a run of capitalized words the caller said, within one phrase ("Noah Park" from "This is Noah Park
-  calling, thanks."; not "Noah Park calling", nor "Tuesday"): the agent books, cancels and looks up under the
-  caller's own name, never under a name it made up;
-- a value with examples (the business's services, app.tools.Toolbox.schemas) is one of them or words the caller
-  said (a service the business does not offer, which the tool refuses with a reason);
+  calling, thanks."; not "Noah Park calling", nor "Tuesday", nor "Hi"): the agent books, cancels and looks up
+  under the caller's own name, never under a name it made up;
+- a value with examples (the business's services, app.tools.Toolbox.schemas) is one the caller named, by its
+  name or one of the profile's aliases (any of them if the caller named none), or words the caller said that
+  name none (a service the business does not offer, which the tool refuses with a reason);
 - a time is one the caller or the agent said, read both ways when it may be either ("three thirty": 03:30 or
   15:30, app.spoken_times); an optional time nobody said is left out ("Anything free on Friday?").
-The model still chooses every value; the grammar only rules out what the conversation never said.
+The model still chooses every value; the grammar only rules out what the conversation never said. A call that
+had to be finished with a value nobody said (a required time, when none was) fails `Heard.grounds`, and the agent
+does not run it (app.agent.Agent.respond).
 """
 import json
 import re
@@ -265,8 +269,9 @@ class ToolCallGrammar:
         return self.state(before + self.texts[token], heard) != "broken"
 
     def no_call(self, ids: list[int], token: int) -> bool:
-        """May `token` follow the reply `ids` in a reply that makes no tool call? (No "<": the call's opening.)"""
-        return TOOL_CALL_OPEN[0] not in self.texts[token]
+        """May `token` follow the reply `ids` in a reply that makes no tool call? (No "<", which opens one, and no
+        brace: spoken text only.)"""
+        return not any(c in self.texts[token] for c in "<{}")
 
     def state(self, text: str, heard: Heard | None = None) -> str:
         """"free" (no call open), "open" (a valid call so far, unfinished) or "broken" for a reply text."""
