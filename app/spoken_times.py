@@ -17,6 +17,8 @@ _MORNING = {"am", "morning"}
 _AFTERNOON = {"pm", "afternoon", "evening", "night", "tonight", "noon"}  # "12 noon"
 _OFFSETS = {5, 10, 20, 25}  # "ten past six", "twenty five to four" (besides half and quarter)
 _PAST, _TO = {"past", "after"}, {"to", "till", "before", "of"}
+_NOT_A_TIME_BEFORE = {"the", "that", "this", "which", "first", "second", "last", "later", "earlier", "other",
+                      "another", "no", "any", "each", "every"}
 _WORD = re.compile(r"\d{1,2}:\d{2}|\d+|[a-z]+(?:'[a-z]+)?|[,.?!;]")  # a mark ends a time: "Ten, ten."
 
 
@@ -70,6 +72,8 @@ def _hour(words: list[str], i: int) -> tuple[int, int, int] | None:
         minute = _number(words, i + 1, 59)
         if minute and minute[0] >= 10:
             return hour, minute[0], 1 + minute[1]
+    if not w.isdigit() and (nxt == "of" or i and words[i - 1] in _NOT_A_TIME_BEFORE):
+        return None  # a bare "one" in "the later one", "that one", "one of those": a choice, not a time
     return hour, 0, 1
 
 

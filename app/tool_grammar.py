@@ -153,10 +153,11 @@ class Heard:
     """What the conversation said, that a call's values come from (ToolCallGrammar._rule)."""
     words: tuple[tuple[str, ...], ...]   # the caller's words, message by message
     names: tuple[tuple[str, ...], ...]   # runs of the caller's capitalized words
-    times: frozenset[str]                # "HH:MM" that a time said may mean (app.spoken_times)
+    times: frozenset[str]                # "HH:MM" a time said may mean (app.spoken_times): in the caller's
+                                         # latest message if it says one, else in the whole conversation
     services: tuple[str, ...]            # the business's services the caller named (by name or alias)
     others: tuple[tuple[str, ...], ...]  # the caller's words between those names
-    days: frozenset[str]                 # the days (today, tomorrow, a weekday) the caller or the agent said
+    days: frozenset[str]                 # the days (today, tomorrow, a weekday) said, likewise
     cased: bool                          # the caller's transcript has capitals, so names are capitalized
 
     def grounds(self, arguments: dict) -> bool:
@@ -184,19 +185,27 @@ class Heard:
 
 
 def heard(messages: list[dict], profile=None) -> Heard:
-    """What the conversation `messages` (role, content) said: the caller's words and names, and the times the
-    caller or the agent said. With the business's `profile` (app.profile.Profile), a time that may be morning or
-    afternoon is the one the business is open at, when just one is ("quarter to four": 15:45), and the caller's
-    words for its services (names and aliases) are read as the services they name."""
+    """What the conversation `messages` (role, content) said: the caller's words and names, and the times and days
+    the caller or the agent said (those of the caller's latest message, if it says any: what they say now
+    overrides what was said before). With the business's `profile` (app.profile.Profile), a time that may be
+    morning or afternoon is the one the business is open at, when just one is ("quarter to four": 15:45), and the
+    caller's words for its services (names and aliases) are read as the services they name."""
     said = [m["content"] for m in messages if m["role"] == "user"]
     spoken = said + [m["content"] for m in messages if m["role"] == "assistant"]
     open_at = None if profile is None else profile.open_at
-    times = frozenset(t for text in spoken for t in times_in(text, open_at))
+
+    def times(texts):
+        return frozenset(t for text in texts for t in times_in(text, open_at))
+
+    def days(texts):
+        return frozenset(_DAY_WORDS[w.lower()] for text in texts for w in said_words([text])[0]
+                         if w.lower() in _DAY_WORDS)
+
     words = said_words(said)
     services, others = _services_named(words, profile) if profile is not None else ((), words)
-    days = frozenset(_DAY_WORDS[w.lower()] for text in spoken for w in said_words([text])[0]
-                     if w.lower() in _DAY_WORDS)
-    return Heard(words, _name_runs(said), times, services, others, days, any(c.isupper() for c in "".join(said)))
+    latest = said[-1:]  # what the caller says now overrides what was said before ("Two is fine.", "on Friday")
+    return Heard(words, _name_runs(said), times(latest) or times(spoken), services, others,
+                 days(latest) or days(spoken), any(c.isupper() for c in "".join(said)))
 
 
 def _said_run(rule, said: tuple[tuple[str, ...], ...]):

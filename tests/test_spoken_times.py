@@ -28,6 +28,9 @@ from app.tool_grammar import heard
     ("13:45", {"13:45"}),
     ("Ten, ten would be great.", {"10:00", "22:00"}),  # a comma ends a time: not 10:10
     ("Call 555-0142; a haircut is $35.", set()),
+    ("The later one, please.", set()),                   # a choice, not a time
+    ("That one works, one of those.", set()),
+    ("A one o'clock appointment.", {"01:00", "13:00"}),
     ("The nearest free times are 9:00 AM and 10:30 AM.", {"09:00", "10:30"}),
 ])
 def test_times_in(text, times):
@@ -84,3 +87,13 @@ def test_heard_names_are_capitalized_runs_within_a_phrase():
 ])
 def test_a_name_the_caller_gave(said, name, given):
     assert heard([{"role": "user", "content": said}]).grounds({"name": name}) == given
+
+
+def test_what_the_caller_says_now_overrides_what_was_said_before():
+    profile = load_profile(None)
+    before = [{"role": "user", "content": "Could I get a haircut on Tuesday at 3 pm?"},
+              {"role": "assistant", "content": "Tuesday at 3:00 PM is taken. 2:00 PM and 4:00 PM are free."}]
+    now = heard(before + [{"role": "user", "content": "Two is fine. Or Friday?"}], profile)
+    assert now.times == {"14:00"} and now.days == {"friday"}
+    later = heard(before + [{"role": "user", "content": "The later one, please."}], profile)
+    assert later.times == {"14:00", "15:00", "16:00"} and later.days == {"tuesday"}  # nothing new: all said
