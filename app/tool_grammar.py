@@ -3,7 +3,7 @@
 The left sampler (llm.generate.left_reply) asks `ToolCallGrammar.allows(ids, token)` for the token it would
 commit; a token that would break the call is passed over for the model's best token that keeps it valid
 (constrained decoding, as JSON-schema guided generation does). Outside `<tool_call>` ... `</tool_call>` the text
-is spoken: any token but a brace or a "<" that does not open a call. Inside, the call must be the agent's compact
+is spoken: no quote, brace, bracket, underscore or "<" that does not open a call. Inside, the call must be the agent's compact
 JSON (app.agent.format_tool_call):
 
     {"name":"<tool>","arguments":{"<key>":"<value>",...}}</tool_call>
@@ -230,11 +230,19 @@ def _said_run(rule, said: tuple[tuple[str, ...], ...]):
                                                                      runs(value, False))
 
 
+# Marks no spoken reply holds (none of the generated dialogues' replies does; a "<" may open a call).
+_NOT_SPOKEN = frozenset('"{}[]<>_|\\=')
+
+
 def _markup(text: str) -> bool:
-    """Does spoken text hold what only a tool call may: a brace, or a "<" that does not open a call (a stray
-    '"}}</tool_call>' after a reply would be spoken)?"""
+    """Does spoken text hold what only a tool call may: a quote, a brace, or a "<" that does not open a call (a
+    stray '"}}</tool_call>' or '","day":"tomorrow"' after a reply would be spoken)?"""
     tag = text.rfind("<")
-    return "{" in text or "}" in text or tag >= 0 and not TOOL_CALL_OPEN.startswith(text[tag:])
+    if tag >= 0:
+        if not TOOL_CALL_OPEN.startswith(text[tag:]):
+            return True
+        text = text[:tag]  # the call opening after it
+    return any(c in _NOT_SPOKEN for c in text)
 
 
 def _either(a, b):
@@ -278,9 +286,12 @@ class ToolCallGrammar:
         return self.state(before + self.texts[token], heard) != "broken"
 
     def no_call(self, ids: list[int], token: int) -> bool:
-        """May `token` follow the reply `ids` in a reply that makes no tool call? (No "<", which opens one, and no
-        brace: spoken text only.)"""
-        return not any(c in self.texts[token] for c in "<{}")
+        """May `token` follow the reply `ids` in a reply that makes no tool call? Spoken text only: no "<", which
+        opens one, no quote or brace, and no start that spells the tag without its "<" (a model that wanted to
+        call and may not wrote "tool_call>")."""
+        text = ("".join(self.texts[i] for i in ids) + self.texts[token]).lstrip()
+        return not any(c in self.texts[token] for c in _NOT_SPOKEN) and not (
+            text and (TOOL_CALL_OPEN[1:].startswith(text) or text.startswith(TOOL_CALL_OPEN[1:5])))
 
     def state(self, text: str, heard: Heard | None = None) -> str:
         """"free" (no call open), "open" (a valid call so far, unfinished) or "broken" for a reply text."""
@@ -324,13 +335,14 @@ class ToolCallGrammar:
         """A value's rule in this conversation (None: no value it could take, so an optional key is left out).
 
         A name is a run of the caller's capitalized words (of any of their words if none is capitalized). A time
-        is one said (any, if required and none was). A service is one the caller named, else one of the business's
-        (examples); or the caller's words that name none of them (a service it does not offer)."""
+        or a day is one said (any, if required and none was). A service is one the caller named, else one of the
+        business's (examples); or the caller's words that name none of them (a service it does not offer)."""
         if heard is None:
             return _either(_one_of(examples), rule) if examples else rule
-        if key == "time":
-            if heard.times:
-                return _one_of(tuple(sorted(heard.times)))
+        if key in ("time", "day"):
+            said = heard.times if key == "time" else heard.days
+            if said:
+                return _one_of(tuple(sorted(said)))
             return rule if required else None
         if key == "name":
             named = _said_run(rule, heard.names)

@@ -49,19 +49,21 @@ BOOK = '"name":"Noah","day":"tuesday","time":"15:30","service":'
     ('You are all set."}}</tool_call>', "broken"),                     # a close with no call open
     ("Sure <tool_c", "free"),                                          # a call opening
     ("Two < three", "broken"),
+    ('Thank you for calling Maple Street","day":"tomorrow', "broken"),  # JSON run into speech
     (call("book_appointment", '"name":"Noah'), "open"),
     (call("book_appointment", '"name":"Noah Park","day":"tu'), "open"),
-    (call("check_availability", '"day":"monday","time":"1'), "open"),
-    (call("check_availability", '"day":"monday"}}</tool'), "open"),
+    (call("check_availability", '"day":"tuesday","time":"1'), "open"),
+    (call("check_availability", '"day":"monday"'), "broken"),           # a day nobody said
+    (call("check_availability", '"day":"tuesday"}}</tool'), "open"),
     ('<tool_call>{"name":"check_av', "open"),
     ('<tool_call>{"name":"check_avx', "broken"),                      # no such tool
     (call("book_appointment", '"name":"Noah,'), "broken"),            # a comma in a name
     (call("book_appointment", '"name":"Noah"}}'), "broken"),          # day, time and service are required
     (call("book_appointment", '"name":"Noah","day":"wex'), "broken"),  # not a day
-    (call("check_availability", '"day":"monday","time":"24'), "broken"),
-    (call("check_availability", '"day":"monday","time":"9:30"'), "broken"),  # HH:MM, two digits
-    (call("check_availability", '"time":"14:00","day":"monday"}}'), "broken"),  # the schema's order
-    (call("check_availability", '"day":"monday","day"'), "broken"),   # a key twice
+    (call("check_availability", '"day":"tuesday","time":"24'), "broken"),
+    (call("check_availability", '"day":"tuesday","time":"9:30"'), "broken"),  # HH:MM, two digits
+    (call("check_availability", '"time":"14:00","day":"tuesday"}}'), "broken"),  # the schema's order
+    (call("check_availability", '"day":"tuesday","day"'), "broken"),   # a key twice
     (call("book_appointment", '"name":"Noah","time"'), "broken"),     # the day, required, skipped
     (call("business_info", '"topic":"prices","service"'), "open"),    # the day, optional, skipped
     (call("cancel_appointment", '"name":"Noah","service"'), "broken"),  # not one of its keys
@@ -71,7 +73,7 @@ BOOK = '"name":"Noah","day":"tuesday","time":"15:30","service":'
     (call("list_appointments", '"name":"Park"}}</tool_call>'), "free"),     # said, if not all the name
     (call("list_appointments", '"name":"Noah Park calling"'), "broken"),   # "calling" is not a name
     (call("list_appointments", '"name":"Park Tuesday"'), "broken"),        # nor a day, nor across phrases
-    (call("check_availability", '"day":"monday","time":"15:00"'), "broken"),  # a time nobody said
+    (call("check_availability", '"day":"tuesday","time":"15:00"'), "broken"),  # a time nobody said
     (call("book_appointment", BOOK + '"kids haircut"}}</tool_call>'), "free"),  # one of the services
     (call("book_appointment", BOOK + '"perm"}}</tool_call>'), "free"),          # said (refused by the tool)
     (call("book_appointment", BOOK + '"hair col'), "open"),
@@ -220,3 +222,12 @@ def test_the_agent_asks_for_a_detail_the_caller_never_gave(engine, said, name, r
     assert turn.reply == (f"You're all set, {name}." if runs else "What time and service would you like?")
     assert bool(toolbox.store.for_name(name)) == runs
     assert all("<tool_call>" not in m["content"] for m in agent.messages if m["role"] == "assistant") != runs
+
+
+def test_a_reply_that_may_not_call_is_spoken_text_only(grammar, engine):
+    """The agent's reply after a call it would not run: no "<", no brace, nor the tag spelled without its "<"."""
+    def ok(text):
+        ids = engine.tokenizer.encode(text, add_special_tokens=False).ids
+        return all(grammar.no_call(ids[:k], ids[k]) for k in range(len(ids)))
+    assert ok("What time on Friday works for you?")
+    assert not ok("<tool_call>") and not ok("tool_call>") and not ok('Sure "}}')
