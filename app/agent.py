@@ -181,7 +181,7 @@ class Agent:
                                     **extra)
 
     def _grounded(self, calls: list[tuple[str, dict]]) -> bool:
-        """Did the conversation give every day, time and service of these calls (app.tool_grammar.Heard.grounds)?
+        """Did the conversation give every day, time, service and name of these calls (Heard.grounds)?
         Always, without the grammar (a big checkpoint's calls run as written)."""
         if self._grammar() is None:
             return True

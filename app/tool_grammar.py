@@ -3,8 +3,8 @@
 The left sampler (llm.generate.left_reply) asks `ToolCallGrammar.allows(ids, token)` for the token it would
 commit; a token that would break the call is passed over for the model's best token that keeps it valid
 (constrained decoding, as JSON-schema guided generation does). Outside `<tool_call>` ... `</tool_call>` the text
-is spoken: no quote, brace, bracket, underscore or "<" that does not open a call. Inside, the call must be the agent's compact
-JSON (app.agent.format_tool_call):
+is spoken: no quote, brace, bracket, underscore or "<" that does not open a call. Inside, the call must be the
+agent's compact JSON (app.agent.format_tool_call):
 
     {"name":"<tool>","arguments":{"<key>":"<value>",...}}</tool_call>
 
@@ -18,8 +18,9 @@ Given what the conversation said (`heard`), values also come from it:
 - a value with examples (the business's services, app.tools.Toolbox.schemas) is one the caller named, by its
   name or one of the profile's aliases (any of them if the caller named none), or words the caller said that
   name none (a service the business does not offer, which the tool refuses with a reason);
-- a time is one the caller or the agent said, read both ways when it may be either ("three thirty": 03:30 or
-  15:30, app.spoken_times); an optional time nobody said is left out ("Anything free on Friday?").
+- a time or a day is one the caller or the agent said, those of the caller's latest message if it says any; a
+  time is read both ways when it may be either ("three thirty": 03:30 or 15:30, app.spoken_times); an optional
+  time or day nobody said is left out ("Anything free on Friday?").
 The model still chooses every value; the grammar only rules out what the conversation never said. A call that
 had to be finished with a value nobody said (a required time, when none was) fails `Heard.grounds`, and the agent
 does not run it (app.agent.Agent.respond).
@@ -174,14 +175,17 @@ class Heard:
         without, any words of the caller's but those that are never names ("hi", "okay")."""
         if not self.cased:
             return not all(w.capitalize() in _NOT_NAMES for w in name.split())
-        parts = tuple(name.split())
-        return any(run[i:i + len(parts)] == parts for run in self.names for i in range(len(run)))
+        return _within(name.split(), self.names)
 
     def _said(self, text: str) -> bool:
         """Is `text` a run of the caller's words that names none of the business's services?"""
-        words = text.lower().split()
-        return any([w.lower() for w in run[i:i + len(words)]] == words
-                   for run in self.others for i in range(len(run) - len(words) + 1))
+        return _within(text.lower().split(), [[w.lower() for w in run] for run in self.others])
+
+
+def _within(words: list[str], runs) -> bool:
+    """Are `words` consecutive words of one of `runs`?"""
+    n = len(words)
+    return any(list(run[i:i + n]) == words for run in runs for i in range(len(run) - n + 1))
 
 
 def heard(messages: list[dict], profile=None) -> Heard:
