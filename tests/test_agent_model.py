@@ -42,7 +42,7 @@ def booked_rows(db) -> list[tuple]:
         return conn.execute("SELECT name, service, substr(start, 12) FROM appointments").fetchall()
 
 
-# Issue 5's acceptance checks. The shipped checkpoint does not pass them yet (held-out tool-call exact match 68.8%
+# Issue 5's acceptance checks. The shipped checkpoint does not pass them yet (held-out tool-call exact match 71.1%
 # under the tools' grammar, docs/EMBEDDED_MODEL.md; this request gets check_availability instead of a booking):
 # they run and are expected to fail; strict, so a model that passes turns them red until this mark is removed.
 NOT_YET = pytest.mark.xfail(strict=True, reason="the shipped model does not book a held-out request yet (issue 5)")
