@@ -18,10 +18,15 @@ _SPLIT_BEFORE_CAPITAL = {"a.m", "p.m", "etc", "st", "jr", "sr", "inc", "ltd", "c
 
 
 class Synthesizer:
-    """A loaded Piper voice; synthesize() and stream() return int16 mono at sample_rate_hz."""
+    """A loaded Piper voice; synthesize() and stream() return int16 mono at sample_rate_hz.
 
-    def __init__(self, voice_path: str | None = None):
-        from piper import PiperVoice  # heavy import (onnxruntime), only where synthesis happens
+    Piper samples noise in every synthesis (its VITS decoder), so the same text sounds a little different each
+    time; with `varied=False` the noise is zero and the same text always gives the same audio (tests: a WER
+    assertion on sampled speech failed 1 run in many, "two is booked" heard as "two's book").
+    """
+
+    def __init__(self, voice_path: str | None = None, varied: bool = True):
+        from piper import PiperVoice, SynthesisConfig  # heavy import (onnxruntime), only where synthesis happens
 
         path = Path(voice_path or DEFAULT_VOICE)
         config_path = Path(f"{path}.json")
@@ -35,10 +40,11 @@ class Synthesizer:
         except Exception as exc:  # onnxruntime's load errors share no base class narrower than Exception
             raise ValueError(f"cannot load the Piper voice {path}: {exc}") from exc
         self.sample_rate_hz: int = self._voice.config.sample_rate
+        self._config = None if varied else SynthesisConfig(noise_scale=0.0, noise_w_scale=0.0)
 
     def synthesize(self, text: str) -> np.ndarray:
         """The whole text as one int16 array (empty for text with nothing to say)."""
-        chunks = [chunk.audio_int16_array for chunk in self._voice.synthesize(text)]
+        chunks = [chunk.audio_int16_array for chunk in self._voice.synthesize(text, syn_config=self._config)]
         if not chunks:
             return np.zeros(0, dtype=np.int16)
         return np.concatenate(chunks).astype(np.int16, copy=False)
