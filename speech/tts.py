@@ -21,8 +21,8 @@ class Synthesizer:
     """A loaded Piper voice; synthesize() and stream() return int16 mono at sample_rate_hz.
 
     Piper samples noise in every synthesis (its VITS decoder), so the same text sounds a little different each
-    time; with `varied=False` the noise is zero and the same text always gives the same audio (tests: a WER
-    assertion on sampled speech failed 1 run in many, "two is booked" heard as "two's book").
+    time; with `varied=False` the noise is zero and the same text always gives the same audio (tests: WER
+    assertions on sampled speech failed now and then, "two is booked" heard as "two's book").
     """
 
     def __init__(self, voice_path: str | None = None, varied: bool = True):

@@ -89,7 +89,7 @@ def build_data(profile, data: DataOptions, seed: int, tokenizer=None):
 
 
 # The drafter's n-gram order: contexts of up to 7 tokens. NOTE: with order 4 (min_count 2), the shipped model's
-# 200 held-out dialogues took 5650 passes (4.1 tokens a pass); order 8 (min_count 4), 4514 (5.2 tokens a pass),
+# 200 held-out dialogues took 5650 passes (4.1 tokens a pass); order 8 (min_count 4), 4514 (5.1 tokens a pass),
 # the same replies; order 12, 4388 for a table 4.7x bigger. A table entry seen fewer than DRAFTER_MIN_COUNT times
 # is left out: min_count 2 held 2.4x the entries for 7 passes fewer.
 DRAFTER_ORDER, DRAFTER_MIN_COUNT = 8, 4
