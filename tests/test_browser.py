@@ -8,9 +8,7 @@ import pytest
 
 from app.server import create_app
 from app.settings import Settings
-from speech.asr import Transcriber
 from speech.audio import write_wav
-from speech.tts import Synthesizer
 from tests.rtc_helpers import ANSWER, QUESTION_WORDS, front_desk_services, serve_in_thread, spoken_question
 
 CHROMIUM = "/usr/bin/chromium"
@@ -28,8 +26,8 @@ pytestmark = [
 
 
 @pytest.fixture(scope="module")
-def server():
-    services = front_desk_services(Transcriber(), Synthesizer(varied=False))  # the same question every run
+def server(transcriber, synthesizer):
+    services = front_desk_services(transcriber, synthesizer)  # the session's unvaried voice: the same question
     app = create_app(Settings(), services)
     with serve_in_thread(app) as url:
         yield url, services, app

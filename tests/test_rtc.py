@@ -16,9 +16,7 @@ from app.playback import Playback
 from app.rtc import RTC_FRAME_SAMPLES, RTC_RATE_HZ, InputResampler, PlaybackTrack
 from app.server import create_app
 from app.settings import Settings
-from speech.asr import Transcriber
 from speech.audio import resample
-from speech.tts import Synthesizer
 from tests.wer import word_error_rate
 from tests.rtc_helpers import ANSWER, QUESTION, QUESTION_WORDS, front_desk_services, serve_in_thread, spoken_question
 
@@ -29,8 +27,8 @@ QUIET_AFTER_S = 1.0          # longer than any pause inside a reply, shorter tha
 
 
 @pytest.fixture(scope="module")
-def models():
-    return Transcriber(), Synthesizer(varied=False)  # the question sounds the same every run
+def models(transcriber, synthesizer):
+    return transcriber, synthesizer  # the session's voice, unvaried: the question sounds the same every run
 
 
 @pytest.fixture(scope="module")
