@@ -99,7 +99,7 @@ _MARKS = ",.?!;:\"()"  # punctuation: around a word, stripped; between words, th
 # Capitalized words that are not names: a name is a run of the caller's other capitalized words. Besides "I", the
 # days and the months: greetings and the words that open an answer ("Hi, ...", "Okay, ...", "Wonderful, thank
 # you."), which a transcript capitalizes at the start of a sentence. A name made of these alone was not given.
-_NOT_NAMES = frozenset("""I I'm I'd I'll I've AM PM Monday Tuesday Wednesday Thursday Friday Saturday Sunday January
+NOT_NAMES = frozenset("""I I'm I'd I'll I've AM PM Monday Tuesday Wednesday Thursday Friday Saturday Sunday January
 February March April May June July August September October November December Hi Hello Hey Hiya Yes Yeah Yep No
 Nope Okay Ok OK Oh Um Uh Hmm Well So Right Sure Thanks Please Great Perfect Fine Cool Awesome Wonderful Alright
 Good Bye Goodbye""".split())
@@ -121,7 +121,7 @@ def _name_runs(texts: list[str]) -> tuple[tuple[str, ...], ...]:
         for phrase in re.split(f"[{re.escape(_MARKS)}]", text):
             run = []
             for word in phrase.split() + [""]:
-                if word[:1].isupper() and word not in _NOT_NAMES:
+                if word[:1].isupper() and word not in NOT_NAMES:
                     run.append(word)
                 elif run:
                     runs.append(tuple(run))
@@ -174,7 +174,7 @@ class Heard:
         """Is `name` one the caller gave? In a transcript with capitals (Whisper's), a run of `names`; in one
         without, any words of the caller's but those that are never names ("hi", "okay")."""
         if not self.cased:
-            return not all(w.capitalize() in _NOT_NAMES for w in name.split())
+            return not all(w.capitalize() in NOT_NAMES for w in name.split())
         return _within(name.split(), self.names)
 
     def _said(self, text: str) -> bool:

@@ -1,13 +1,17 @@
 """The training-data generator: deterministic, grounded in real tool results, held-out split disjoint."""
 import json
+import random
 import re
+from datetime import datetime
 
 import pytest
 
 from app.agent import TOOL_CALL_OPEN
-from app.dialogues import cases, examples, generate, phrases
+from app.dialogues import cases, examples, generate, phrases, templates, variants
+from app.dialogues.script import Script
 from app.dialogues.replies import facts
 from app.profile import load_profile
+from app.tool_grammar import NOT_NAMES
 from app.tools import parse_time
 
 
@@ -56,6 +60,35 @@ def test_heldout_phrasings_and_names_are_unseen_in_training(train, heldout):
     assert heldout_names and not heldout_names & train_names
     assert set(phrases.split_items(phrases.FIRST_NAMES, "heldout")).isdisjoint(
         phrases.split_items(phrases.FIRST_NAMES, "train"))
+
+
+def test_training_variants_widen_the_train_split_only(profile):
+    """With variants, training draws from hundreds of extra phrasings (app.dialogues.variants); none is within one
+    word of a held-out phrasing, none says "thanks", and the held-out split is the same dialogues either way."""
+    everything = [v for name, patterns in variants.PATTERNS.items() for p in patterns for v in variants.expand(p)]
+    kept = [v for name in variants.PATTERNS
+            for v in variants.more(phrases.TAILS if name == "TAILS" else getattr(templates, name))]
+    assert len(kept) > 800
+    held = [variants._words(x) for x in variants.heldout_items()]
+    assert "Could you set up an appointment for me" in variants.heldout_items()
+    assert any(variants.near_heldout(v, held) for v in everything)  # the filter had something to drop
+    assert not any(variants.near_heldout(v, held) for v in kept)
+    assert not any("thanks" in v.lower() for v in kept)
+    def said(dialogues):
+        return [m["content"] for d in dialogues for m in d.messages if m["role"] == "user"]
+
+    def phone_variants(dialogues):
+        return sum(any(v.lower() in text.lower() for v in variants.more(templates.PHONE)) for text in said(dialogues))
+
+    assert phone_variants(generate(profile, "train", 400, seed=1, variants=True)) >= 3
+    assert phone_variants(generate(profile, "train", 400, seed=1)) == 0
+    assert said(generate(profile, "heldout", 60, seed=3, variants=True)) == said(generate(profile, "heldout", 60, seed=3))
+
+
+def test_made_up_names_with_variants_are_never_words_the_grammar_refuses_as_names(profile):
+    script = Script(profile, "train", random.Random(0), datetime(2026, 3, 2, 10, 0), variants=True)
+    names = [script.made_up_name() for _ in range(20000)]
+    assert len(set(names)) > 5000 and not set(names) & NOT_NAMES
 
 
 def test_callers_add_courtesies_and_each_split_has_its_own(train, heldout):

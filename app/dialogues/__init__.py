@@ -20,10 +20,10 @@ MAIN = {booking: 40, scenarios.availability: 14, scenarios.cancel: 10, scenarios
 MAIN_SMALL_TALK = {"who_are_you": 3, "out_of_scope": 5}
 
 
-def write_dialogue(profile: Profile, split: str, rng: random.Random) -> Dialogue:
+def write_dialogue(profile: Profile, split: str, rng: random.Random, variants: bool = False) -> Dialogue:
     """One dialogue: maybe a greeting, a main request (or small talk), maybe thanks and goodbye."""
     now = datetime(2026, 1, 5, 8, 0) + timedelta(days=rng.randrange(0, 700), minutes=15 * rng.randrange(0, 44))
-    s = Script(profile, split, rng, now)
+    s = Script(profile, split, rng, now, variants)
     if rng.random() < 0.25:
         scenarios.small_talk(s, rng.choice(("greeting", "greeting", "how_are_you")))
     kinds = list(MAIN) + list(MAIN_SMALL_TALK)
@@ -40,12 +40,15 @@ def write_dialogue(profile: Profile, split: str, rng: random.Random) -> Dialogue
     return s.finish()
 
 
-def generate(profile: Profile, split: str, n: int, seed: int = 0) -> list[Dialogue]:
-    """n dialogues of `split` (train or heldout); the same arguments always give the same dialogues."""
+def generate(profile: Profile, split: str, n: int, seed: int = 0, variants: bool = False) -> list[Dialogue]:
+    """n dialogues of `split` (train or heldout); the same arguments always give the same dialogues.
+
+    variants: training also draws from app.dialogues.variants (not in the shipped recipe: docs/EMBEDDED_MODEL.md).
+    """
     if split not in SPLITS:
         raise ValueError(f"unknown split {split!r}; valid: {', '.join(SPLITS)}")
     rng = random.Random(f"{seed}:{split}")
-    return [write_dialogue(profile, split, rng) for _ in range(n)]
+    return [write_dialogue(profile, split, rng, variants) for _ in range(n)]
 
 
 def system_message(profile: Profile) -> dict:

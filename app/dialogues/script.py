@@ -4,10 +4,11 @@ from dataclasses import dataclass, field
 from datetime import date, datetime, time, timedelta
 
 from app.agent import format_tool_call, tool_message
-from app.dialogues import phrases
+from app.dialogues import phrases, variants
 from app.dialogues.replies import reply_to
 from app.profile import WEEKDAYS, Profile, Service
 from app.store import open_store
+from app.tool_grammar import NOT_NAMES
 from app.tools import Toolbox
 
 Booking = tuple[str, str, datetime, int]  # name, service, local start, duration_min
@@ -30,8 +31,9 @@ class Dialogue:
 class Script:
     """Writes one dialogue; picks values and phrasings from its split only."""
 
-    def __init__(self, profile: Profile, split: str, rng: random.Random, now: datetime):
+    def __init__(self, profile: Profile, split: str, rng: random.Random, now: datetime, variants: bool = False):
         self.profile, self.split, self.rng, self.now = profile, split, rng, now
+        self.variants = variants and split == "train"  # app.dialogues.variants: more phrasings for training
         self.store = open_store(":memory:")
         self.toolbox = Toolbox(profile, self.store, now=lambda: now)
         self.dialogue = Dialogue(now=now, setup=[])
@@ -39,15 +41,28 @@ class Script:
     # -- choices ---------------------------------------------------------------------------------------------
 
     def pick(self, items: list):
-        return self.rng.choice(phrases.split_items(items, self.split) or items)
+        """One of the split's items; training also draws from the list's variants (variants.more)."""
+        pool = phrases.split_items(items, self.split) or items
+        return self.rng.choice(pool + variants.more(items) if self.variants else pool)
 
     def name(self) -> str:
         made_up = self.split == "train" and self.rng.random() < 0.8
-        first = phrases.made_up_name(self.rng) if made_up else self.pick(phrases.FIRST_NAMES)
+        first = self.made_up_name() if made_up else self.pick(phrases.FIRST_NAMES)
         if self.rng.random() >= 0.3:
             return first
-        last = phrases.made_up_name(self.rng) if made_up else self.pick(phrases.LAST_NAMES)
+        last = self.made_up_name() if made_up else self.pick(phrases.LAST_NAMES)
         return f"{first} {last}"
+
+    def made_up_name(self) -> str:
+        """A made-up name; with variants, never a word the tools' grammar refuses as a name ("Hi", "No", "So").
+
+        NOTE: the shipped checkpoint's data (variants off) is kept as it was, so `parley train` still writes that
+        checkpoint; about 1 made-up name in 1000 is such a word there, which the grammar would not let it copy.
+        """
+        name = phrases.made_up_name(self.rng)
+        while self.variants and name in NOT_NAMES:
+            name = phrases.made_up_name(self.rng)
+        return name
 
     def service(self) -> tuple[str, str]:
         """(canonical name, how the caller says it)."""
