@@ -198,3 +198,22 @@ def test_spoken_hours_have_two_digit_and_afternoon_twins_in_the_shipped_tokenize
     assert digits["9"] == digits["nine"] == "09" and digits["thirty"] == "30" and digits["noon"] == "12"
     assert afternoon["2"] == afternoon["two"] == "14" and afternoon["11"] == "23"
     assert "12" not in afternoon and "10" not in digits  # 12 p.m. is 12; a pair that changes nothing is left out
+
+
+def test_a_moving_average_of_the_weights_leaves_training_as_it_was():
+    """With ema_decay the model returned is the average and the last weights are the summary's raw_state: the
+    same weights a run without the average ends with. A decay of ~0 averages nothing."""
+    def run(decay):
+        opts = TrainOptions(steps=12, batch_size=8, lr=1e-2, warmup_steps=2, eval_every=6, eval_batches=1, seed=4,
+                            ema_decay=decay)
+        return train(TINY, toy_examples(64, 0), toy_examples(8, 1), mask_id=1, pad_id=0, stop_id=2, opts=opts,
+                     log=lambda _: None)
+
+    plain, plain_summary = run(0.0)
+    averaged, summary = run(0.9)
+    assert "raw_state" not in plain_summary and summary["heldout_loss"] == plain_summary["heldout_loss"]
+    assert all(torch.equal(summary["raw_state"][k], v) for k, v in plain.state_dict().items())
+    assert not all(torch.equal(averaged.state_dict()[k], v) for k, v in plain.state_dict().items())
+    nothing, _ = run(1e-9)
+    assert all(torch.allclose(nothing.state_dict()[k], v, atol=1e-6) for k, v in plain.state_dict().items())
+    assert "ema_heldout_loss" in summary
