@@ -1,4 +1,4 @@
-"""More ways to say each thing, for the training split only.
+"""More ways to say each thing, for the training split only (`parley train --variants`; off in the shipped recipe).
 
 templates.py gives 8-16 carrier phrases per intent, of which training sees three in four. A model trained from
 scratch on them learns those phrasings rather than their words: with 6 phone phrasings it sent "What's the number
@@ -6,9 +6,10 @@ there?" to the services. The patterns below add hundreds of training phrasings b
 ("[a|b]" is a choice, "[a|]" an optional word), so more of the words that carry an intent are seen in more
 frames.
 
-NOTE: no variant comes within two words of a held-out phrasing (`near_heldout`, word edit distance over every
+NOTE: no variant is within one word edit of a held-out phrasing (`near_heldout`, word edit distance over every
 held-out item of templates.py and phrases.TAILS): the held-out split still measures phrasings training never saw,
-not one-word edits of them. "thanks" stays a held-out courtesy: no tail here says it.
+not one-word edits of them. "thanks" stays a held-out courtesy: no tail here says it. Measured: the seed-0 model
+trained with them scored 70.5% held-out exact match against 71.1% without (docs/EMBEDDED_MODEL.md).
 """
 import functools
 import itertools
