@@ -65,15 +65,15 @@ def test_heldout_phrasings_and_names_are_unseen_in_training(train, heldout):
 def test_training_variants_widen_the_train_split_only(profile):
     """With variants, training draws from hundreds of extra phrasings (app.dialogues.variants); none is within one
     word of a held-out phrasing, none says "thanks", and the held-out split is the same dialogues either way."""
-    everything = [v for name, patterns in variants.PATTERNS.items() for p in patterns for v in variants.expand(p)]
-    kept = [v for name in variants.PATTERNS
-            for v in variants.more(phrases.TAILS if name == "TAILS" else getattr(templates, name))]
+    everything = [v for patterns in variants.PATTERNS.values() for p in patterns for v in variants.expand(p)]
+    kept = [v for name in variants.PATTERNS for v in variants.more(variants.template_list(name))]
     assert len(kept) > 800
     held = [variants._words(x) for x in variants.heldout_items()]
     assert "Could you set up an appointment for me" in variants.heldout_items()
     assert any(variants.near_heldout(v, held) for v in everything)  # the filter had something to drop
     assert not any(variants.near_heldout(v, held) for v in kept)
     assert not any("thanks" in v.lower() for v in kept)
+
     def said(dialogues):
         return [m["content"] for d in dialogues for m in d.messages if m["role"] == "user"]
 

@@ -188,12 +188,17 @@ def near_heldout(text: str, held: list[list[str]]) -> bool:
     return any(_distance(words, h) < (2 if len(h) > 2 else 1) for h in held)
 
 
+def template_list(name: str) -> list[str]:
+    """The list a PATTERNS key widens: templates.py's list of that name, or phrases.TAILS."""
+    return phrases.TAILS if name == "TAILS" else getattr(T, name)
+
+
 @functools.cache
 def _by_list() -> dict[int, list[str]]:
     held = [_words(x) for x in heldout_items()]
     out = {}
     for name, patterns in PATTERNS.items():
-        items = getattr(T, name, None) if name != "TAILS" else phrases.TAILS
+        items = template_list(name)
         variants = [v for p in patterns for v in expand(p)]
         if name == "TAILS":  # a courtesy is spoken lowercase after a comma
             variants = [v[0].lower() + v[1:] for v in variants]
