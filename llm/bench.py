@@ -43,7 +43,7 @@ def methods(opts: BenchOptions, engine_shifted: bool = False) -> list[tuple[str,
 
 
 @torch.inference_mode()
-def _autoregressive_run(engine: Engine, prompt_ids: list[int], opts: BenchOptions) -> dict:
+def _autoregressive_run(engine: Engine, prompt_ids: list[int], read, opts: BenchOptions) -> dict:
     start = time.perf_counter()
     first_block_s = None
 
@@ -53,16 +53,16 @@ def _autoregressive_run(engine: Engine, prompt_ids: list[int], opts: BenchOption
             first_block_s = time.perf_counter() - start
     prompt = torch.tensor(prompt_ids, dtype=torch.long, device=engine.device)
     decoded = autoregressive_reply(engine.model, prompt, engine.special, opts.max_new_tokens, opts.stop_at_eos,
-                                   on_token=on_token)
+                                   on_token=on_token, read=read)
     seconds = time.perf_counter() - start
     return dict(passes=decoded.passes, tokens=len(decoded.tokens), seconds=seconds,
                 first_block_s=first_block_s or seconds)
 
 
-def _run(engine: Engine, prompt_ids: list[int], decode: DecodeOptions | None, opts: BenchOptions) -> dict:
+def _run(engine: Engine, prompt_ids: list[int], read, decode: DecodeOptions | None, opts: BenchOptions) -> dict:
     if decode is None:
-        return _autoregressive_run(engine, prompt_ids, opts)
-    gen = engine.generate_ids(prompt_ids, decode)
+        return _autoregressive_run(engine, prompt_ids, read, opts)
+    gen = engine.generate_ids(prompt_ids, decode, read=read)
     return dict(passes=gen.passes, tokens=gen.tokens, seconds=gen.seconds, first_block_s=gen.first_block_s)
 
 
@@ -70,11 +70,11 @@ def run_bench(engine: Engine, messages: list[dict], opts: BenchOptions) -> list[
     """One row per method: median passes, tokens, tokens/pass, tokens/s, first-block and total ms, ratios."""
     if opts.repeats < 1:
         raise ValueError(f"repeats={opts.repeats} must be >= 1")
-    prompt_ids = engine.prompt_ids(messages)
+    prompt_ids, read = engine.prompt_read(messages)  # read: a reader's features, for a model with one
     rows = []
     for name, decode in methods(opts, engine.model.args.shift_logits):
-        _run(engine, prompt_ids, decode, opts)  # warm-up
-        runs = [_run(engine, prompt_ids, decode, opts) for _ in range(opts.repeats)]
+        _run(engine, prompt_ids, read, decode, opts)  # warm-up
+        runs = [_run(engine, prompt_ids, read, decode, opts) for _ in range(opts.repeats)]
         med = {key: statistics.median(r[key] for r in runs) for key in runs[0]}
         rows.append(dict(method=name, passes=med["passes"], tokens=med["tokens"],
                          tokens_per_pass=statistics.median(r["tokens"] / max(r["passes"], 1) for r in runs),

@@ -1,4 +1,5 @@
 """The Engine: a loaded model, its tokenizer and chat format, and `generate` with per-block streaming."""
+import dataclasses
 import threading
 import time
 from dataclasses import dataclass
@@ -60,7 +61,7 @@ class Engine:
     """A diffusion LM ready to chat: `generate(messages)` writes the assistant's reply."""
 
     def __init__(self, model: Transformer, tokenizer: Tokenizer, chat_style: str, special: SpecialIds,
-                 bos_token: str | None = None, drafter: Drafter | None = None):
+                 bos_token: str | None = None, drafter: Drafter | None = None, reader=None):
         if chat_style not in chat.STYLES:
             raise ValueError(f"chat_style {chat_style!r}: choose one of {', '.join(chat.STYLES)}")
         self.model = model.eval()
@@ -70,6 +71,9 @@ class Engine:
         self.bos_token = bos_token  # LLaDA's template opens with it
         # guesses for cache="left" to verify: the checkpoint's n-gram table, else prompt lookup alone
         self.drafter = drafter or Drafter()
+        self.reader = reader  # llm.reader.Reader for a model with reader_dim: Whisper's reading of the caller's words
+        if (reader is None) != (not model.args.reader_dim):
+            raise ValueError(f"a model with reader_dim={model.args.reader_dim} needs a reader, and only such a model")
         weight = model.transformer.wte.weight
         self.device, self.dtype = weight.device, weight.dtype
 
@@ -77,6 +81,17 @@ class Engine:
         """The conversation in this model's chat format, tokenized, ending with the assistant header."""
         text = chat.render(messages, self.chat_style, add_generation_prompt=True, bos_token=self.bos_token)
         return self.tokenizer.encode(text, add_special_tokens=False).ids
+
+    def prompt_read(self, messages: list[dict]) -> tuple[list[int], torch.Tensor | None]:
+        """prompt_ids(messages), and for a model with a reader what it makes of the caller's words (T, reader_dim)."""
+        if self.reader is None:
+            return self.prompt_ids(messages), None
+        from llm.reader import dense, read_prompt
+
+        text = chat.render(messages, self.chat_style, add_generation_prompt=True, bos_token=self.bos_token)
+        encoding = self.tokenizer.encode(text, add_special_tokens=False)
+        read = dense(read_prompt(self.reader, messages, encoding.offsets), len(encoding.ids))
+        return encoding.ids, read.to(self.device)
 
     def generate(self, messages: list[dict], *, max_new_tokens: int = 128, block_length: int = 32,
                  threshold: float = 0.9, steps: int | None = None, temperature: float = 0.0,
@@ -93,13 +108,19 @@ class Engine:
         opts = DecodeOptions(max_new_tokens=max_new_tokens, block_length=block_length, threshold=threshold,
                              steps=steps, temperature=temperature, cache=_cache_mode(use_cache),
                              stop_at_eos=stop_at_eos)
-        return self.generate_ids(self.prompt_ids(messages), opts, on_block=on_block, cancel=cancel, seed=seed,
-                                 allows=allows)
+        start = time.perf_counter()
+        ids, read = self.prompt_read(messages)
+        reading = time.perf_counter() - start  # the reader's time is the LLM's: it counts in the turn
+        gen = self.generate_ids(ids, opts, on_block=on_block, cancel=cancel, seed=seed, allows=allows, read=read)
+        return dataclasses.replace(gen, seconds=gen.seconds + reading, first_block_s=gen.first_block_s + reading)
 
     @torch.inference_mode()
     def generate_ids(self, prompt_ids: list[int], opts: DecodeOptions, on_block=None, cancel=None,
-                     seed: int | None = None, allows: TokenFilter | None = None) -> Generation:
-        """generate() on an already tokenized prompt."""
+                     seed: int | None = None, allows: TokenFilter | None = None,
+                     read: torch.Tensor | None = None) -> Generation:
+        """generate() on an already tokenized prompt; read: prompt_read's features for a model with a reader."""
+        if (read is None) != (self.reader is None):
+            raise ValueError("a model with a reader needs the prompt's read features (prompt_read), and only such a model")
         if allows is not None and opts.cache != "left":
             raise ValueError(f"a grammar needs cache='left' (left to right), not cache={opts.cache!r}")
         limit = self.model.args.max_sequence_length
@@ -124,10 +145,10 @@ class Engine:
         prompt = torch.tensor(prompt_ids, dtype=torch.long, device=self.device)
         if opts.cache == "left":
             decoded = left_reply(self.model, prompt, self.special, opts, self.drafter, on_block=settled, cancel=cancel,
-                                 allows=allows)
+                                 allows=allows, read=read)
         else:
             denoise = ModelDenoiser(self.model, len(prompt_ids) + opts.max_new_tokens, opts.cache, opts.refresh_passes,
-                                    prompt_len=len(prompt_ids))
+                                    prompt_len=len(prompt_ids), read=read)
             decoded = denoise_reply(denoise, prompt, self.special, opts, on_block=settled, cancel=cancel,
                                     generator=generator)
         tail = stream.push([], final=True)  # a held-back partial character, if the reply ended on one

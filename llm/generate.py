@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 import torch
+import torch.nn.functional as F
 
 import kernels
 
@@ -86,8 +87,11 @@ Denoiser = Callable[[torch.Tensor, int, int, int], torch.Tensor]
 class ModelDenoiser:
     """Block logits from a Transformer: a full pass fills the KV cache, later passes recompute only part."""
 
-    def __init__(self, model, canvas_len: int, cache: str = "prefix", refresh_passes: int = 0, prompt_len: int = 0):
+    def __init__(self, model, canvas_len: int, cache: str = "prefix", refresh_passes: int = 0, prompt_len: int = 0,
+                 read: torch.Tensor | None = None):
         self.model = model
+        # a reader's features of the prompt (prompt_len, reader_dim), zeros over the rest of the canvas
+        self.read = None if read is None else F.pad(read, (0, 0, 0, canvas_len - read.shape[0]))[None]
         self.prompt_len = prompt_len  # a copy head points into canvas[:prompt_len] (required then)
         self.source = None  # the copy head's source, from the latest full pass
         self.mode = cache
@@ -104,15 +108,17 @@ class ModelDenoiser:
         full = (self.cache is None or pass_in_block == 0
                 or (self.refresh_passes and pass_in_block % self.refresh_passes == 0))
         if full:
-            hidden = self.model.trunk(canvas, 0, self.cache)
+            hidden = self.model.trunk(canvas, 0, self.cache, read=self.read)
             self.source = self.model.copy_source(hidden[:, :self.prompt_len], canvas[:, :self.prompt_len])
             hidden = hidden[:, lo:hi]  # (1, L, d)
         elif self.mode == "prefix":
             # the block and everything after it, attending to the cached prefix
-            hidden = self.model.trunk(canvas[:, lo:], lo, self.cache)[:, :hi - lo]
+            read = None if self.read is None else self.read[:, lo:]
+            hidden = self.model.trunk(canvas[:, lo:], lo, self.cache, read=read)[:, :hi - lo]
         else:
             # dual: only the block (and Dream's one row before it), attending to cached keys on both sides
-            hidden = self.model.trunk(canvas[:, lo:block_end], lo, self.cache, kv_len=canvas.shape[1])
+            read = None if self.read is None else self.read[:, lo:block_end]
+            hidden = self.model.trunk(canvas[:, lo:block_end], lo, self.cache, kv_len=canvas.shape[1], read=read)
             hidden = hidden[:, :hi - lo]
         return self.model.head(hidden, self.source)[0]  # (L, V)
 
@@ -216,7 +222,7 @@ def denoise_reply(denoise: Denoiser, prompt: torch.Tensor, special: SpecialIds, 
 
 def left_reply(model, prompt: torch.Tensor, special: SpecialIds, opts: DecodeOptions, drafter=None,
                on_block: Callable[[list[int]], None] | None = None, cancel: threading.Event | None = None,
-               allows: TokenFilter | None = None) -> Decoded:
+               allows: TokenFilter | None = None, read: torch.Tensor | None = None) -> Decoded:
     """Greedy, left to right, on the canvas of masks, with exactly the attention left-context training teaches.
 
     For a shift_logits model trained on left-context sequences (llm/train.py): there the prompt and the masks see
@@ -238,7 +244,9 @@ def left_reply(model, prompt: torch.Tensor, special: SpecialIds, opts: DecodeOpt
     canvas = torch.full((1, total), special.mask, dtype=torch.long, device=prompt.device)
     canvas[0, :n_prompt] = prompt
     cache = model.new_cache(1, total + opts.draft_tokens + 1)  # and room for a pass's chunk (_verify)
-    hidden = model.trunk(canvas, 0, cache)[:, :n_prompt]
+    if read is not None:  # a reader's features of the prompt (n_prompt, reader_dim); the reply has none
+        read = F.pad(read, (0, 0, 0, total - n_prompt))[None]
+    hidden = model.trunk(canvas, 0, cache, read=read)[:, :n_prompt]
     source = model.copy_source(hidden, prompt[None])  # what a copy head points into (None without one)
     last_row = model.head(hidden[:, -1:], source)[0]  # the last prompt row holds token n_prompt
     new = [allowed_choice(last_row[0], [], kernels.confidence_argmax(last_row, special.mask)[0].item(), allows,
@@ -295,15 +303,16 @@ def _verify(model, cache, total: int, source, settled: list[int], position: int,
 
 
 def autoregressive_reply(model, prompt: torch.Tensor, special: SpecialIds, max_new_tokens: int,
-                         stop_at_eos: bool = True, on_token=None) -> Decoded:
+                         stop_at_eos: bool = True, on_token=None, read: torch.Tensor | None = None) -> Decoded:
     """Baseline: the same weights under a causal mask with a KV cache, one greedy token per pass.
+    read: a reader's features of the prompt (n_prompt, reader_dim), for a model with one.
 
     The last position's raw logits pick the next token, so only a model trained left to right (Dream's
     shifted head) says anything sensible; for the others this measures the cost of decoding this way.
     """
     n_prompt = prompt.numel()
     cache = model.new_cache(1, n_prompt + max_new_tokens)
-    hidden = model.trunk(prompt[None], 0, cache, causal=True)
+    hidden = model.trunk(prompt[None], 0, cache, causal=True, read=None if read is None else read[None])
     source = model.copy_source(hidden, prompt[None])
     hidden = hidden[:, -1:]  # (1, 1, d)
     tokens = []

@@ -22,6 +22,7 @@ from llm.model import ModelArgs, Transformer
 from llm.tokenizer import CheckpointError, load_tokenizer, read_json, token_string
 
 FAMILIES = ("parley", "llada", "dream")
+READER_FILE = "reader.safetensors"  # llm.reader.FILE: Whisper's encoding of silence, for a model with a reader
 MASK_TOKEN = {"parley": chat.MASK, "llada": "<|mdm_mask|>", "dream": "<|mask|>"}  # when config has no id
 MAX_ROPE_POSITIONS = 32768  # Dream declares 131072 positions; the rope table stops here (documented 2048)
 PROGRESS_BYTES = 1 << 30  # show a progress bar for checkpoints larger than this
@@ -102,7 +103,8 @@ def model_args(family: str, config: dict, config_path: Path) -> ModelArgs:
                     shift_logits=bool(own.get("shift_logits", False)),
                     copy_head_dim=int(own.get("copy_head_dim", 0)), copy_roles=tuple(own.get("copy_roles", ())),
                     copy_never=tuple(own.get("copy_never", ())), copy_twins=_twin_maps(own),
-                    copy_lookaround=bool(own.get("copy_lookaround", False)))
+                    copy_lookaround=bool(own.get("copy_lookaround", False)),
+                    reader_dim=int(own.get("reader_dim", 0)))
     head_dim = config.get("head_dim")
     if head_dim is not None and head_dim * args["n_heads"] != args["d_model"]:
         raise CheckpointError(f"{config_path}: head_dim={head_dim} is not d_model / n_heads")
@@ -168,7 +170,7 @@ def weight_files(path: Path) -> dict[Path, list[str] | None]:
             if not file.is_file():
                 raise CheckpointError(f"{file}: shard listed in {index_path.name} is missing")
         return files
-    files = sorted(path.glob("*.safetensors"))
+    files = sorted(f for f in path.glob("*.safetensors") if f.name != READER_FILE)  # not the model's (llm.reader)
     if not files:
         raise CheckpointError(f"{path}: no *.safetensors weights (and no model.safetensors.index.json)")
     return {file: None for file in files}
@@ -255,7 +257,15 @@ def load(path, device=None, dtype=None) -> Engine:
         drafter = Drafter.load(path)
     except ValueError as exc:
         raise CheckpointError(str(exc)) from None
-    return Engine(model, tokenizer, family, special, bos_token(path) if family == "llada" else None, drafter)
+    reader = None
+    if args.reader_dim:  # Whisper's text decoder reads the caller's words (llm.reader)
+        from llm.reader import Reader
+
+        if not (path / READER_FILE).is_file():
+            raise CheckpointError(f"{path}: reader_dim={args.reader_dim} but no {READER_FILE}")
+        reader = Reader.load(path)
+    return Engine(model, tokenizer, family, special, bos_token(path) if family == "llada" else None, drafter,
+                  reader)
 
 
 def save_parley(model: Transformer, tokenizer: Tokenizer, out_dir) -> Path:
@@ -272,7 +282,7 @@ def save_parley(model: Transformer, tokenizer: Tokenizer, out_dir) -> Path:
     # only when set, so LLaDA-layout parley checkpoints stay as they were
     if not fields["shift_logits"]:
         fields.pop("shift_logits")
-    for name in ("copy_head_dim", "copy_roles", "copy_never", "copy_twins", "copy_lookaround"):  # likewise
+    for name in ("copy_head_dim", "copy_roles", "copy_never", "copy_twins", "copy_lookaround", "reader_dim"):
         if not fields[name]:
             fields.pop(name)
     dtype = model.transformer.wte.weight.dtype

@@ -7,7 +7,7 @@ the response length (LLaDA, Nie et al. 2025, eq. 5). The prompt is never masked.
 """
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
 import torch
@@ -71,6 +71,22 @@ class TrainOptions:
 class Example:
     prompt: list[int]      # never masked
     response: list[int]    # the target, end-of-turn (and any padding after it) included
+    # for a model with a reader (ModelArgs.reader_dim): what it makes of the caller's words, as
+    # llm.reader.read_prompt gives it: [(prompt position, (n, reader_dim))], shared between examples
+    read: list = field(default_factory=list)
+
+
+def read_batch(batch: list[Example], length: int) -> torch.Tensor | None:
+    """The examples' reader features laid out over their prompts (B, length, reader_dim), prompts at position 0
+    (as collate and left_context_batch put them); None when no example has any."""
+    chunks = [c for e in batch for c in e.read]
+    if not chunks:
+        return None
+    out = torch.zeros(len(batch), length, chunks[0][1].shape[-1])
+    for b, e in enumerate(batch):
+        for start, features in e.read:
+            out[b, start:start + len(features)] = features.float()
+    return out
 
 
 @dataclass(frozen=True)
@@ -189,7 +205,7 @@ def left_context_loss(model: Transformer, batch: list[Example], pad_id: int, mas
                       stop_id: int | None = None) -> torch.Tensor:
     """Mean over sequences of the mean cross-entropy of every response token given the settled ones before it."""
     ids, positions, allowed, targets, lengths, is_prompt = left_context_batch(batch, pad_id, mask_id, stop_id)
-    hidden = model.trunk_masked(ids, positions, allowed)[0]  # (B, T, d)
+    hidden = model.trunk_masked(ids, positions, allowed, read=read_batch(batch, ids.shape[1]))[0]  # (B, T, d)
     # the head only on the rows with a target (the last prompt row and the clean ones before the last): the
     # output layers cost per row, and a copy head's mixture is (rows, vocabulary) wide
     prompt_len = is_prompt.sum(1)
@@ -202,10 +218,11 @@ def left_context_loss(model: Transformer, batch: list[Example], pad_id: int, mas
 
 
 def masked_diffusion_loss(model: Transformer, ids, is_response, attend, mask_id: int, ratio, generator=None,
-                          suffix=None):
+                          suffix=None, read=None):
     """LLaDA loss for one batch; ratio (B,) is each sequence's mask fraction t. Returns a scalar.
 
     suffix (B,) bool: those sequences mask the last t of their response instead of each token with probability t.
+    read: the reader's features (read_batch), for a model with a reader.
     """
     noise = torch.rand(ids.shape, generator=generator)  # (B, T)
     if suffix is not None:
@@ -214,7 +231,7 @@ def masked_diffusion_loss(model: Transformer, ids, is_response, attend, mask_id:
         noise = torch.where(suffix[:, None], 1 - rank - 1e-6, noise)  # the last t of the response falls below t
     masked = is_response & (noise < ratio[:, None])
     noisy = torch.where(masked, torch.full_like(ids, mask_id), ids)
-    logits = model(noisy, key_padding_mask=attend, copy_from=attend & ~is_response)  # (B, T, V); copy the prompt
+    logits = model(noisy, key_padding_mask=attend, copy_from=attend & ~is_response, read=read)  # (B, T, V)
     ce = F.cross_entropy(logits[masked], ids[masked], reduction="none")  # (n_masked,)
     weight = (1.0 / ratio)[:, None].expand_as(ids)[masked]  # 1/t of each masked token's sequence
     lengths = is_response.sum(1).clamp(min=1)[:, None].expand_as(ids)[masked].float()
@@ -240,9 +257,10 @@ def heldout_loss(model, batches: list, mask_id: int, seed: int) -> float:
     model.eval()
     generator = torch.Generator().manual_seed(seed)
     total = 0.0
-    for ids, is_response, attend in batches:
+    for ids, is_response, attend, *read in batches:  # (collate's three, and read_batch's features)
         ratio = stratified_ratios(ids.shape[0], 0.05, generator)
-        total += masked_diffusion_loss(model, ids, is_response, attend, mask_id, ratio, generator).item()
+        total += masked_diffusion_loss(model, ids, is_response, attend, mask_id, ratio, generator,
+                                       read=read[0] if read else None).item()
     model.train()
     return total / max(1, len(batches))
 
@@ -270,8 +288,10 @@ def train(args: ModelArgs, train_set: list[Example], heldout_set: list[Example],
     no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
     optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": opts.weight_decay},
                                    {"params": no_decay, "weight_decay": 0.0}], lr=opts.lr, betas=(0.9, 0.95))
-    eval_batches = [collate(heldout_set[i:i + opts.batch_size], pad_id)
-                    for i in range(0, min(len(heldout_set), opts.eval_batches * opts.batch_size), opts.batch_size)]
+    eval_batches = []
+    for i in range(0, min(len(heldout_set), opts.eval_batches * opts.batch_size), opts.batch_size):
+        ids, is_response, attend = collate(heldout_set[i:i + opts.batch_size], pad_id)
+        eval_batches.append((ids, is_response, attend, read_batch(heldout_set[i:i + opts.batch_size], ids.shape[1])))
     summary = {"heldout_loss": [], "train_loss": []}
     params = list(model.parameters())
     average = [p.detach().clone() for p in params] if opts.ema_decay else None
@@ -292,7 +312,8 @@ def train(args: ModelArgs, train_set: list[Example], heldout_set: list[Example],
             ids, is_response, attend = collate(batch[n_causal:], pad_id)
             ratio = stratified_ratios(len(batch) - n_causal, opts.min_mask_ratio, generator)
             suffix = torch.rand(len(batch) - n_causal, generator=generator) < opts.suffix_fraction
-            mdm = masked_diffusion_loss(model, ids, is_response, attend, mask_id, ratio, generator, suffix)
+            mdm = masked_diffusion_loss(model, ids, is_response, attend, mask_id, ratio, generator, suffix,
+                                        read_batch(batch[n_causal:], ids.shape[1]))
             loss = loss + mdm * (len(batch) - n_causal) / len(batch)
         if n_causal:
             causal = left_context_loss(model, batch[:n_causal], pad_id, mask_id, stop_id)
