@@ -24,6 +24,9 @@ _WORD = re.compile(r"\d{1,2}:\d{2}|\d+|[a-z]+(?:'[a-z]+)?|[,.?!;]")  # a mark en
 
 def _words(text: str) -> list[str]:
     text = re.sub(r"(?:(?<=\d)|\b)([ap])\.?\s?m\b\.?", r"\1m", text.lower())  # "p.m." "p.m" "p m" -> "pm"
+    # "3.30pm": Whisper's British clock (the spoken "three thirty p.m." of tests/test_agent_model.py), only
+    # before am/pm, so "$3.30" and "2.5" stay numbers
+    text = re.sub(r"\b(\d{1,2})\.(\d{2})(?=\s?[ap]m\b)", r"\1:\2", text)
     return _WORD.findall(text.replace("-", " "))
 
 

@@ -32,6 +32,8 @@ from app.tool_grammar import heard
     ("That one works, one of those.", set()),
     ("A one o'clock appointment.", {"01:00", "13:00"}),
     ("The nearest free times are 9:00 AM and 10:30 AM.", {"09:00", "10:30"}),
+    ("Could I get a haircut on Wednesday at 3.30pm?", {"15:30"}),  # Whisper's transcript of "3:30 p.m." spoken
+    ("At 11.45 a.m. please.", {"11:45"}),                # a dot is a clock's only before am/pm
 ])
 def test_times_in(text, times):
     assert times_in(text) == times
