@@ -42,10 +42,9 @@ def booked_rows(db) -> list[tuple]:
         return conn.execute("SELECT name, service, substr(start, 12) FROM appointments").fetchall()
 
 
-# Issue 5's acceptance checks. The shipped checkpoint does not pass them yet (held-out tool-call exact match 71.1%
-# under the tools' grammar, docs/EMBEDDED_MODEL.md; this request gets check_availability instead of a booking):
-# they run and are expected to fail; strict, so a model that passes turns them red until this mark is removed.
-NOT_YET = pytest.mark.xfail(strict=True, reason="the shipped model does not book a held-out request yet (issue 5)")
+# Issue 5's acceptance checks, run for real: the request is phrased only with held-out words, the day is the next
+# open one (so it changes with the date), and the reply must read back the booking. They were strict expected
+# failures until the reader (llm/reader.py): before it, this request got check_availability on every weekday.
 
 
 def test_checkpoint_is_small_and_complete():
@@ -54,7 +53,6 @@ def test_checkpoint_is_small_and_complete():
     assert sum(files.values()) <= 25 * 2**20
 
 
-@NOT_YET
 def test_chat_json_books_a_heldout_request(tmp_path):
     name = phrases.split_items(phrases.FIRST_NAMES, "heldout")[2]
     day = open_day_ahead()
@@ -73,7 +71,6 @@ def test_chat_json_books_a_heldout_request(tmp_path):
     assert turn["passes"] >= 2 and turn["latency_ms"] > 0
 
 
-@NOT_YET
 @pytest.mark.slow
 def test_converse_books_a_spoken_request_and_speaks_the_confirmation(tmp_path):
     from speech.asr import Transcriber
@@ -93,4 +90,4 @@ def test_converse_books_a_spoken_request_and_speaks_the_confirmation(tmp_path):
     assert booked_rows(db) == [("Noah", "haircut", "15:30")], turn
     assert "3:30 PM" in turn["reply"], turn
     heard = Transcriber().transcribe(read_wav(answer)).lower()  # the spoken confirmation, heard back
-    assert "3:30" in heard or "three thirty" in heard, heard
+    assert any(said in heard for said in ("3:30", "3.30", "three thirty")), heard  # Whisper writes "3.30pm" too
