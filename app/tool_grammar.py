@@ -102,7 +102,8 @@ _MARKS = ",.?!;:\"()"  # punctuation: around a word, stripped; between words, th
 NOT_NAMES = frozenset("""I I'm I'd I'll I've AM PM Monday Tuesday Wednesday Thursday Friday Saturday Sunday January
 February March April May June July August September October November December Hi Hello Hey Hiya Yes Yeah Yep No
 Nope Okay Ok OK Oh Um Uh Hmm Well So Right Sure Thanks Please Great Perfect Fine Cool Awesome Wonderful Alright
-Good Bye Goodbye""".split())
+Good Bye Goodbye A An The This That It It's Let's Let What What's How Could Would Is Are Do Does Just Actually And
+But Also Maybe Then""".split())  # NOTE: "Let's try on Saturday" had booked under "Let's", "A beard." under "A"
 
 
 _DAY_WORDS = {d: d for d in ("today", "tomorrow", *WEEKDAYS)} | {"tonight": "today"}

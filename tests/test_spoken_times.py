@@ -75,7 +75,7 @@ def test_heard_reads_the_callers_services_by_the_profiles_words():
 def test_heard_names_are_capitalized_runs_within_a_phrase():
     said = heard([{"role": "user", "content": "This is Noah Park calling. Tuesday works, thanks."},
                   {"role": "assistant", "content": "Sure, 3 PM?"}])
-    assert said.names == (("This",), ("Noah", "Park"))  # not the day, not across the full stop
+    assert said.names == (("Noah", "Park"),)  # not "This" (an opener), not the day, not across the full stop
     assert said.times == {"15:00"}                      # times the agent said count too
 
 

@@ -89,7 +89,7 @@ def test_state_of_a_reply(grammar, text, state):
     (call("check_availability", '"day":"monday","time"'), "broken"),  # optional, and no time was said
     (call("book_appointment", '"name":"Noah","day":"monday","time":"11:45"'), "open"),  # required: any
     (call("list_appointments", '"name":"Noah"}}</tool_call>'), "free"),
-    (call("list_appointments", '"name":"Is"}}</tool_call>'), "free"),  # capitalized, if not a name
+    (call("list_appointments", '"name":"Is"'), "broken"),  # capitalized, but it opens a question: never a name
     (call("list_appointments", '"name":"anything"'), "broken"),
 ])
 def test_state_when_no_time_was_said(grammar, text, state):
