@@ -79,8 +79,11 @@ class Engine:
 
     def prompt_ids(self, messages: list[dict]) -> list[int]:
         """The conversation in this model's chat format, tokenized, ending with the assistant header."""
+        return self._encode(messages).ids
+
+    def _encode(self, messages: list[dict]):
         text = chat.render(messages, self.chat_style, add_generation_prompt=True, bos_token=self.bos_token)
-        return self.tokenizer.encode(text, add_special_tokens=False).ids
+        return self.tokenizer.encode(text, add_special_tokens=False)
 
     def prompt_read(self, messages: list[dict]) -> tuple[list[int], torch.Tensor | None]:
         """prompt_ids(messages), and for a model with a reader what it makes of the caller's words (T, reader_dim)."""
@@ -88,8 +91,7 @@ class Engine:
             return self.prompt_ids(messages), None
         from llm.reader import dense, read_prompt
 
-        text = chat.render(messages, self.chat_style, add_generation_prompt=True, bos_token=self.bos_token)
-        encoding = self.tokenizer.encode(text, add_special_tokens=False)
+        encoding = self._encode(messages)
         read = dense(read_prompt(self.reader, messages, encoding.offsets), len(encoding.ids))
         return encoding.ids, read.to(self.device)
 

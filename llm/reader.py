@@ -210,8 +210,8 @@ class Reader:
 
 def read_prompt(reader: Reader, messages: list[dict], offsets, memo: dict | None = None) -> list[tuple[int, torch.Tensor]]:
     """The callers' messages of a parley-style prompt, read: [(position of the message's first token, (n, DIM))].
-    offsets: the prompt's tokens' (start, end) in chat.render(messages, "parley"). memo: message -> its features
-    in fp16, kept across calls (training reads each message once, for all the prompts it is in)."""
+    offsets: the prompt's tokens' (start, end) in chat.render(messages, "parley"). memo: message -> its features,
+    kept across calls (training reads each message once, for all the prompts it is in)."""
     from llm import chat
 
     users = [m["content"] for m in messages if m["role"] == "user"]
@@ -221,17 +221,17 @@ def read_prompt(reader: Reader, messages: list[dict], offsets, memo: dict | None
         if inside:
             first, last = inside[0], inside[-1]
             features = None if memo is None else memo.get(text)
-            if features is None:
-                features = reader.tokens(text, [(a - start, b - start) for a, b in offsets[first:last + 1]])
+            if features is None:  # in fp16 (training keeps thousands), at run time too: the values training saw
+                features = reader.tokens(text, [(a - start, b - start) for a, b in offsets[first:last + 1]]).half()
                 if memo is not None:
-                    features = memo[text] = features.half()
+                    memo[text] = features
             out.append((first, features))
     return out
 
 
-def dense(chunks: list[tuple[int, torch.Tensor]], length: int) -> torch.Tensor:
-    """read_prompt's chunks as (length, DIM), zeros outside the callers' messages."""
-    out = torch.zeros(length, DIM)
+def dense(chunks: list[tuple[int, torch.Tensor]], length: int, width: int = DIM) -> torch.Tensor:
+    """read_prompt's chunks as (length, width), zeros outside the callers' messages."""
+    out = torch.zeros(length, width)
     for start, features in chunks:
         out[start:start + len(features)] = features.float()
     return out

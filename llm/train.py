@@ -79,14 +79,12 @@ class Example:
 def read_batch(batch: list[Example], length: int) -> torch.Tensor | None:
     """The examples' reader features laid out over their prompts (B, length, reader_dim), prompts at position 0
     (as collate and left_context_batch put them); None when no example has any."""
+    from llm.reader import dense
+
     chunks = [c for e in batch for c in e.read]
     if not chunks:
         return None
-    out = torch.zeros(len(batch), length, chunks[0][1].shape[-1])
-    for b, e in enumerate(batch):
-        for start, features in e.read:
-            out[b, start:start + len(features)] = features.float()
-    return out
+    return torch.stack([dense(e.read, length, chunks[0][1].shape[-1]) for e in batch])
 
 
 @dataclass(frozen=True)

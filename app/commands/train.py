@@ -190,9 +190,8 @@ def run_training(profile, out_dir: Path, size: str, data: DataOptions, opts, ini
     from llm import chat
     from llm.load import save_parley
     from llm.model import ModelArgs
-    from llm.train import train
-
     from llm.reader import DIM, Reader
+    from llm.train import train
 
     start = llm.load(init, device="cpu") if init else None
     reading = start.reader if start else (Reader.fresh() if reader else None)
