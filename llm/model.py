@@ -227,9 +227,8 @@ class Transformer(nn.Module):
             if not self.args.reader_dim:
                 raise ValueError("this model has no reader (reader_dim=0): pass no read features")
             # projected only where a caller's word is (a few positions in a prompt of hundreds): a zero row adds
-            # nothing (no bias). NOTE: the shipped checkpoint was trained projecting every position, 63.0 min for
-            # 5000 steps against 57.0 without a reader; projecting only these, 150 steps took 109 s, and 121 s
-            # without a reader (with other work beside that run)
+            # nothing (no bias). NOTE: a full run was no faster for it (1891 s at step 2500 against 1844 s
+            # projecting every position): the step's cost is elsewhere
             rows = read.abs().amax(-1) > 0  # (B, T)
             x = x.index_put((rows,), self.transformer.reader(read[rows].to(x.dtype)), accumulate=True)
         return x
