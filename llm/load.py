@@ -19,10 +19,10 @@ from llm.drafter import Drafter
 from llm.engine import Engine
 from llm.generate import SpecialIds
 from llm.model import ModelArgs, Transformer
+from llm.reader import FILE as READER_FILE  # Whisper's encoding of silence, for a model with a reader
 from llm.tokenizer import CheckpointError, load_tokenizer, read_json, token_string
 
 FAMILIES = ("parley", "llada", "dream")
-READER_FILE = "reader.safetensors"  # llm.reader.FILE: Whisper's encoding of silence, for a model with a reader
 MASK_TOKEN = {"parley": chat.MASK, "llada": "<|mdm_mask|>", "dream": "<|mask|>"}  # when config has no id
 MAX_ROPE_POSITIONS = 32768  # Dream declares 131072 positions; the rope table stops here (documented 2048)
 PROGRESS_BYTES = 1 << 30  # show a progress bar for checkpoints larger than this
@@ -259,7 +259,7 @@ def load(path, device=None, dtype=None) -> Engine:
         raise CheckpointError(str(exc)) from None
     reader = None
     if args.reader_dim:  # Whisper's text decoder reads the caller's words (llm.reader)
-        from llm.reader import Reader
+        from llm.reader import Reader  # its decoder's weights are read only for such a model
 
         if not (path / READER_FILE).is_file():
             raise CheckpointError(f"{path}: reader_dim={args.reader_dim} but no {READER_FILE}")

@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from tokenizers import Tokenizer
 
-FILE = "reader.safetensors"  # the checkpoint's file (llm.load.READER_FILE, which the model's weights never are)
+FILE = "reader.safetensors"  # the checkpoint's file, which llm.load never reads as the model's weights
 WIDTH, HEADS, LAYERS = 384, 6, 4  # tiny.en's decoder
 DIM = 2 * WIDTH  # the features: the second layer's state and the last layer's, normed, side by side
 _CT2_DTYPES = {0: np.float32, 1: np.int8, 2: np.int16, 3: np.int32, 4: np.float16}
@@ -90,10 +90,11 @@ class Reader:
 
     def __init__(self, weights: dict[str, torch.Tensor], memory: torch.Tensor, tokenizer: Tokenizer,
                  cache_size: int = 256):
-        self.w = weights
-        # the linear layers' weights transposed once: x @ W^T on these 1-30-row inputs ran ~3x faster than F.linear
-        # (as llm.linear.Linear found for torch 2.13 on the CPU)
-        self.wt = {name: w.t().contiguous() for name, w in weights.items() if name.endswith("/weight") and w.dim() == 2}
+        # the linear layers' weights kept transposed (only so): x @ W^T on these 1-30-row inputs ran ~3x faster than
+        # F.linear (as llm.linear.Linear found for torch 2.13 on the CPU)
+        linear = {name for name in weights if "/linear_" in name and name.endswith("/weight")}
+        self.wt = {name: weights[name].t().contiguous() for name in linear}
+        self.w = {name: w for name, w in weights.items() if name not in linear}  # embeddings, norms, biases
         self.tokenizer = tokenizer
         self.memory = memory.float()
         self.start = [tokenizer.token_to_id("<|startoftranscript|>"), tokenizer.token_to_id("<|notimestamps|>")]
@@ -112,15 +113,17 @@ class Reader:
         """The reader of a checkpoint: its stored silence memory, the bundled Whisper's decoder."""
         from safetensors.torch import load_file
 
-        model_dir = Path(model_dir or whisper_dir())
-        memory = load_file(str(Path(checkpoint_dir) / FILE))["memory"]
-        return cls(read_ct2(model_dir / "model.bin"), memory, Tokenizer.from_file(str(model_dir / "tokenizer.json")))
+        return cls._of(model_dir, load_file(str(Path(checkpoint_dir) / FILE))["memory"])
 
     @classmethod
     def fresh(cls, model_dir=None) -> "Reader":
+        """A reader for a new checkpoint: the silence memory computed now (Reader.save stores it)."""
+        return cls._of(model_dir, silence_memory(model_dir))
+
+    @classmethod
+    def _of(cls, model_dir, memory) -> "Reader":
         model_dir = Path(model_dir or whisper_dir())
-        return cls(read_ct2(model_dir / "model.bin"), silence_memory(model_dir),
-                   Tokenizer.from_file(str(model_dir / "tokenizer.json")))
+        return cls(read_ct2(model_dir / "model.bin"), memory, Tokenizer.from_file(str(model_dir / "tokenizer.json")))
 
     def save(self, checkpoint_dir) -> Path:
         from safetensors.torch import save_file
