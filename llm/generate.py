@@ -246,7 +246,7 @@ def left_reply(model, prompt: torch.Tensor, special: SpecialIds, opts: DecodeOpt
     cache = model.new_cache(1, total + opts.draft_tokens + 1)  # and room for a pass's chunk (_verify)
     if read is not None:  # a reader's features of the prompt (n_prompt, reader_dim); the reply has none
         read = F.pad(read, (0, 0, 0, total - n_prompt))[None]
-    hidden = model.trunk(canvas, 0, cache, read=read)[:, :n_prompt]
+    hidden = model.trunk(canvas, 0, cache, read=read, rows=n_prompt)  # the masks' keys, the prompt's rows
     source = model.copy_source(hidden, prompt[None])  # what a copy head points into (None without one)
     last_row = model.head(hidden[:, -1:], source)[0]  # the last prompt row holds token n_prompt
     new = [allowed_choice(last_row[0], [], kernels.confidence_argmax(last_row, special.mask)[0].item(), allows,

@@ -142,7 +142,9 @@ class Block(nn.Module):
         h = self.ff_norm(x)
         return x + self.ff_out(kernels.swiglu(self.ff_proj(h), self.up_proj(h)))
 
-    def attend(self, x, cos, sin, start_pos, cache_kv, kv_len, key_padding_mask, causal):
+    def attend(self, x, cos, sin, start_pos, cache_kv, kv_len, key_padding_mask, causal, rows=None):
+        """The attention update of the first `rows` rows (default all); every row's key and value still enter
+        the cache."""
         T = x.shape[1]
         a = self.args
         q, k, v = self.project(x)
@@ -157,15 +159,19 @@ class Block(nn.Module):
             cache_k[:, :, start_pos:start_pos + T] = k
             cache_v[:, :, start_pos:start_pos + T] = v
             k, v = cache_k[:, :, :kv_len], cache_v[:, :, :kv_len]  # (B, Hkv, kv_len, D)
+        if rows is not None:
+            q = q[:, :, :rows]
         if causal:
             y = causal_attention(q, k, v, start_pos)
         else:
             y = kernels.attention(q, k, v, key_padding_mask)  # (B, H, T, D)
         return self.merge(y)
 
-    def forward(self, x, cos, sin, start_pos=0, cache_kv=None, kv_len=None, key_padding_mask=None, causal=False):
-        x = x + self.attend(self.attn_norm(x), cos, sin, start_pos, cache_kv, kv_len, key_padding_mask, causal)
-        return self.mlp(x)
+    def forward(self, x, cos, sin, start_pos=0, cache_kv=None, kv_len=None, key_padding_mask=None, causal=False,
+                rows=None):
+        """x (B, T, d) -> the residual of its first `rows` rows (default all)."""
+        update = self.attend(self.attn_norm(x), cos, sin, start_pos, cache_kv, kv_len, key_padding_mask, causal, rows)
+        return self.mlp(x[:, :rows] + update)
 
 
 def rope_tables(args: ModelArgs, device=None):
@@ -234,11 +240,14 @@ class Transformer(nn.Module):
         return x
 
     def trunk(self, ids, start_pos=0, cache: KVCache | None = None, kv_len=None, key_padding_mask=None,
-              causal=False, read=None):
+              causal=False, read=None, rows: int | None = None):
         """ids (B, T) at positions start_pos.. -> residual stream (B, T, d_model), before the final norm.
 
         With a cache, this chunk's keys/values are written at their positions and attention reaches the first
         kv_len cached positions (default: up to the chunk's end); key_padding_mask (B, kv_len) then covers them.
+        rows: only the first `rows` rows' residual is wanted (B, rows, d_model): the last layer skips the others'
+        attention and MLP (their keys and values, which the cache keeps, come before it). The left sampler's first
+        pass wants the prompt's rows, not the reply's canvas of masks.
         """
         T = ids.shape[1]
         if start_pos + T > self.args.max_sequence_length:
@@ -248,12 +257,14 @@ class Transformer(nn.Module):
         cos = self.rope_cos[start_pos:start_pos + T]  # (T, D)
         sin = self.rope_sin[start_pos:start_pos + T]
         x = self.embed(ids, read)  # (B, T, d_model)
+        last = len(self.transformer.blocks) - 1
         for i, block in enumerate(self.transformer.blocks):
             cache_kv = None if cache is None else (cache.k[i], cache.v[i])
-            x = block(x, cos, sin, start_pos, cache_kv, kv_len, key_padding_mask, causal)
+            x = block(x, cos, sin, start_pos, cache_kv, kv_len, key_padding_mask, causal, rows if i == last else None)
         return x
 
-    def trunk_masked(self, ids, positions, allowed, past: KVCache | None = None, past_len: int = 0, read=None):
+    def trunk_masked(self, ids, positions, allowed, past: KVCache | None = None, past_len: int = 0, read=None,
+                     rows: int | None = None):
         """The trunk with an explicit attention mask, for layouts no cache mode covers (training's left-context
         sequences, the left sampler's verification passes). Leaves the first past_len positions of `past` as
         they are.
@@ -262,7 +273,8 @@ class Transformer(nn.Module):
         allowed (B, T, past_len + T) bool, True = attend. -> (residual (B, T, d_model), [(k, v) (B, Hkv, T, D)
         of the chunk for each layer], for the caller to write where it chooses). When `past` has room for T more
         positions after past_len, the chunk's keys are written there and attention reads the cache in place;
-        otherwise they are appended to a copy of it.
+        otherwise they are appended to a copy of it. rows: as trunk's, the residual of the first `rows` rows only
+        (training's left-context loss wants the prompt and the settled reply, not the canvas of masks after it).
         """
         a = self.args
         cos, sin = self.rope_cos[positions][:, None], self.rope_sin[positions][:, None]  # (B, 1, T, D)
@@ -282,6 +294,8 @@ class Transformer(nn.Module):
                 v = torch.cat([past.v[i][:, :, :past_len], v], dim=2)
             if groups > 1:
                 k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
+            if i == len(self.transformer.blocks) - 1 and rows is not None:  # every key is in: the rows wanted
+                q, allowed, x = q[:, :, :rows], allowed[:, :rows], x[:, :rows]
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed[:, None])  # (B, H, T, D)
             x = block.mlp(x + block.merge(y))
         return x, chunk_kv

@@ -203,11 +203,14 @@ def left_context_loss(model: Transformer, batch: list[Example], pad_id: int, mas
                       stop_id: int | None = None) -> torch.Tensor:
     """Mean over sequences of the mean cross-entropy of every response token given the settled ones before it."""
     ids, positions, allowed, targets, lengths, is_prompt = left_context_batch(batch, pad_id, mask_id, stop_id)
-    hidden = model.trunk_masked(ids, positions, allowed, read=read_batch(batch, ids.shape[1]))[0]  # (B, T, d)
-    # the head only on the rows with a target (the last prompt row and the clean ones before the last): the
-    # output layers cost per row, and a copy head's mixture is (rows, vocabulary) wide
     prompt_len = is_prompt.sum(1)
-    rows = (prompt_len[:, None] - 1 + torch.arange(int(lengths.max()))).clamp(max=ids.shape[1] - 1)  # (B, R)
+    # the rows with a target (the last prompt row and the clean ones before the last), up to the longest: the
+    # last layer skips the canvas of masks after them, and the head runs on them only (the output layers cost per
+    # row, and a copy head's mixture is (rows, vocabulary) wide)
+    wanted = min(ids.shape[1], int((prompt_len + lengths.max()).max()))
+    hidden = model.trunk_masked(ids, positions, allowed, read=read_batch(batch, ids.shape[1]),
+                                rows=wanted)[0]  # (B, wanted, d)
+    rows = (prompt_len[:, None] - 1 + torch.arange(int(lengths.max()))).clamp(max=wanted - 1)  # (B, R)
     S = int(prompt_len.max())
     source = model.copy_source(hidden[:, :S], ids[:, :S], is_prompt[:, :S])
     logits = model.head(hidden.gather(1, rows[..., None].expand(-1, -1, hidden.shape[-1])), source)  # (B, R, V)
@@ -229,8 +232,17 @@ def masked_diffusion_loss(model: Transformer, ids, is_response, attend, mask_id:
         noise = torch.where(suffix[:, None], 1 - rank - 1e-6, noise)  # the last t of the response falls below t
     masked = is_response & (noise < ratio[:, None])
     noisy = torch.where(masked, torch.full_like(ids, mask_id), ids)
-    logits = model(noisy, key_padding_mask=attend, copy_from=attend & ~is_response, read=read)  # (B, T, V)
-    ce = F.cross_entropy(logits[masked], ids[masked], reduction="none")  # (n_masked,)
+    # the head on the rows that predict a masked token only (Transformer.forward's logits, gathered): the output
+    # layers cost per row, and a copy head's mixture is (rows, vocabulary) wide
+    hidden = model.trunk(noisy, key_padding_mask=attend, read=read)  # (B, T, d)
+    source = model.copy_source(hidden, noisy, attend & ~is_response)
+    counts = masked.sum(1)
+    R = max(1, int(counts.max()))
+    where = masked.float().argsort(dim=1, descending=True, stable=True)[:, :R]  # (B, R): masked positions, in order
+    rows = (where - int(model.args.shift_logits)).clamp(min=0)  # a shift_logits row predicts the token after it
+    logits = model.head(hidden.gather(1, rows[..., None].expand(-1, -1, hidden.shape[-1])), source)  # (B, R, V)
+    found = torch.arange(R) < counts[:, None]  # (B, R): row-major, the order of ids[masked]
+    ce = F.cross_entropy(logits[found], ids.gather(1, where)[found], reduction="none")  # (n_masked,)
     weight = (1.0 / ratio)[:, None].expand_as(ids)[masked]  # 1/t of each masked token's sequence
     lengths = is_response.sum(1).clamp(min=1)[:, None].expand_as(ids)[masked].float()
     return (ce * weight / lengths).sum() / ids.shape[0]

@@ -196,9 +196,11 @@ def test_looking_around_the_pointer_copies_a_name_of_several_words_and_stops_at_
     """copy_lookaround: keys read two tokens back (the pointer finds the word after "name word, space"), the copy
     gate the token after the copied one (after the name's last word comes a space, then a word that is not part
     of the name: the vocabulary closes the quote). NOTE: without it, 150 steps of this copied 57% of the name
-    tokens and closed 78% of the quotes right (with it 86% and 100%; 300 steps: 68% and 94%, against 88%, 100%)."""
+    tokens and closed 78% of the quotes right (with it 86% and 100%; 300 steps: 68% and 94%, against 88%, 100%).
+    300 steps here: at 150 the same model copied 76-86% as rounding changed (the last layer skipping the rows no
+    loss reads), around the 80% this asserts."""
     args = ModelArgs(**{**ARGS.__dict__, **ROLES, "copy_lookaround": True})
-    chosen, targets = trained_on(spaced_name_examples, args, steps=150)
+    chosen, targets = trained_on(spaced_name_examples, args, steps=300)
     name, close = (targets > 7), targets == 7
     assert (chosen[name] == targets[name]).float().mean() > 0.8
     assert (chosen[close] == 7).float().mean() > 0.95
