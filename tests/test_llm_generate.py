@@ -195,6 +195,21 @@ def test_cached_partial_pass_reads_the_cache(tmp_path):
             assert (stale - model(canvas.roll(3, dims=1))[0, 12:20]).abs().max() > 1e-3
 
 
+def test_trunk_rows_keeps_every_key_and_only_the_rows_asked_for(tmp_path):
+    """trunk(rows=n): the first n rows of the whole trunk, and the same keys and values in the cache (the left
+    sampler's first pass wants the prompt's rows and the masks' keys)."""
+    write_parley(tmp_path)
+    model = llm.load(tmp_path).model
+    canvas = torch.randint(0, 300, (1, 30))
+    with torch.inference_mode():
+        whole, part = model.new_cache(1, 30), model.new_cache(1, 30)
+        every = model.trunk(canvas, 0, whole)
+        first = model.trunk(canvas, 0, part, rows=12)
+    assert first.shape == (1, 12, every.shape[-1])
+    assert (first - every[:, :12]).abs().max() <= 1e-5
+    assert torch.equal(whole.k, part.k) and torch.equal(whole.v, part.v)
+
+
 def left_model(tmp_path, copy_head_dim=0):
     write_parley(tmp_path, shift_logits=True, copy_head_dim=copy_head_dim)
     return llm.load(tmp_path).model

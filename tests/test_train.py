@@ -34,6 +34,29 @@ def test_loss_masks_only_the_response_and_weights_by_one_over_t():
     assert torch.allclose(full, expected, atol=1e-5)
 
 
+def test_loss_at_any_mask_ratio_is_the_cross_entropy_of_the_masked_tokens_of_forward():
+    """The loss runs the head on the rows that predict a masked token only; the same number as Transformer.forward's
+    logits at every masked token, each weighted 1/t over its sequence's response length."""
+    from llm.model import Transformer
+
+    torch.manual_seed(0)
+    model = Transformer(TINY)
+    batch = toy_examples(5, 3)
+    batch[1] = Example(batch[1].prompt[:3], batch[1].response)  # a shorter prompt: rows gathered per sequence
+    ids, is_response, attend = collate(batch, pad_id=0)
+    ratio, suffix = torch.tensor([0.3, 0.5, 0.7, 0.9, 0.2]), torch.tensor([True, False, True, False, False])
+    got = masked_diffusion_loss(model, ids, is_response, attend, 1, ratio, torch.Generator().manual_seed(4), suffix)
+    noise = torch.rand(ids.shape, generator=torch.Generator().manual_seed(4))  # the loss's own draws, again
+    rank = (is_response.cumsum(1) - 1).clamp(min=0) / is_response.sum(1, keepdim=True)
+    masked = is_response & (torch.where(suffix[:, None], 1 - rank - 1e-6, noise) < ratio[:, None])
+    assert 0 < masked.sum() < is_response.sum()
+    logits = model(torch.where(masked, torch.ones_like(ids), ids), key_padding_mask=attend,
+                   copy_from=attend & ~is_response)
+    ce = torch.nn.functional.cross_entropy(logits[masked], ids[masked], reduction="none")
+    weight = (1 / ratio[:, None] / is_response.sum(1, keepdim=True)).expand_as(ids)[masked]
+    assert torch.allclose(got, (ce * weight).sum() / len(batch), atol=1e-5)
+
+
 def test_a_few_steps_reduce_the_heldout_loss_and_are_deterministic():
     opts = TrainOptions(steps=60, batch_size=16, lr=1e-2, warmup_steps=5, eval_every=30, eval_batches=2, seed=3)
     train_set, heldout_set = toy_examples(256, 0), toy_examples(32, 1)
