@@ -103,7 +103,9 @@ NOT_NAMES = frozenset("""I I'm I'd I'll I've AM PM Monday Tuesday Wednesday Thur
 February March April May June July August September October November December Hi Hello Hey Hiya Yes Yeah Yep No
 Nope Okay Ok OK Oh Um Uh Hmm Well So Right Sure Thanks Please Great Perfect Fine Cool Awesome Wonderful Alright
 Good Bye Goodbye A An The This That It It's Let's Let What What's How Could Would Is Are Do Does Just Actually And
-But Also Maybe Then""".split())  # NOTE: "Let's try on Saturday" had booked under "Let's", "A beard." under "A"
+But Also Maybe Then Under For With On At By From To In Of As If Can My""".split())
+# NOTE: "Let's try on Saturday" had booked under "Let's", "A beard." under "A"; "Under Rohan, please." under
+# "Under Rohan" (12 of the 28 calls with a wrong value on 200 held-out dialogues, model of 2026-11-30)
 
 
 _DAY_WORDS = {d: d for d in ("today", "tomorrow", *WEEKDAYS)} | {"tonight": "today"}

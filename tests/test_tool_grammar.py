@@ -96,6 +96,12 @@ def test_state_when_no_time_was_said(grammar, text, state):
     assert grammar.state(text, NOTHING_SAID) == state
 
 
+def test_a_preposition_that_opens_the_sentence_is_not_part_of_the_name(grammar):
+    under = heard([{"role": "user", "content": "Could I get a haircut on Saturday at 9AM? Under Rohan, please."}])
+    assert grammar.state(call("list_appointments", '"name":"Rohan"}}</tool_call>'), under) == "free"
+    assert grammar.state(call("list_appointments", '"name":"Under'), under) == "broken"
+
+
 def test_names_of_words_when_none_is_capitalized(grammar):
     lower = heard([{"role": "user", "content": "this is noah park calling"}])
     assert grammar.state(call("list_appointments", '"name":"noah park"}}</tool_call>'), lower) == "free"
