@@ -21,7 +21,7 @@ from llm.model import ModelArgs, Transformer
 @dataclass(frozen=True)
 class TrainOptions:
     # NOTE: 4600, not 5000: the reader's features made a step ~6% dearer, and 5000 steps took 63 min of the 60 the
-    # recipe has on 2 cores (with the last layer skipping the masks' rows, 0.72 s a step: 5000 would be ~61 min)
+    # recipe has on 2 cores (with the last layer skipping the masks' rows, 0.71 s a step: 5000 would be ~61 min)
     steps: int = 4600
     batch_size: int = 16              # sequences per step
     lr: float = 3e-3                  # peak AdamW learning rate
@@ -201,21 +201,26 @@ def left_context_batch(batch: list[Example], pad_id: int, mask_id: int, stop_id:
     return ids, positions, allowed, targets, torch.tensor(lengths), is_prompt
 
 
+def head_at(model: Transformer, hidden, rows, source) -> torch.Tensor:
+    """The model's head on the rows (B, R) of the residual stream hidden (B, T, d) -> (B, R, V): a loss reads a
+    few rows, and the output layers cost per row (a copy head's mixture is (rows, vocabulary) wide)."""
+    return model.head(hidden.gather(1, rows[..., None].expand(-1, -1, hidden.shape[-1])), source)
+
+
 def left_context_loss(model: Transformer, batch: list[Example], pad_id: int, mask_id: int,
                       stop_id: int | None = None) -> torch.Tensor:
     """Mean over sequences of the mean cross-entropy of every response token given the settled ones before it."""
     ids, positions, allowed, targets, lengths, is_prompt = left_context_batch(batch, pad_id, mask_id, stop_id)
     prompt_len = is_prompt.sum(1)
     # the rows with a target (the last prompt row and the clean ones before the last), up to the longest: the
-    # last layer skips the canvas of masks after them, and the head runs on them only (the output layers cost per
-    # row, and a copy head's mixture is (rows, vocabulary) wide)
+    # last layer skips the canvas of masks after them, and the head runs on them only
     wanted = min(ids.shape[1], int((prompt_len + lengths.max()).max()))
     hidden = model.trunk_masked(ids, positions, allowed, read=read_batch(batch, ids.shape[1]),
                                 rows=wanted)[0]  # (B, wanted, d)
     rows = (prompt_len[:, None] - 1 + torch.arange(int(lengths.max()))).clamp(max=wanted - 1)  # (B, R)
     S = int(prompt_len.max())
     source = model.copy_source(hidden[:, :S], ids[:, :S], is_prompt[:, :S])
-    logits = model.head(hidden.gather(1, rows[..., None].expand(-1, -1, hidden.shape[-1])), source)  # (B, R, V)
+    logits = head_at(model, hidden, rows, source)  # (B, R, V)
     ce = F.cross_entropy(logits.transpose(1, 2), targets.gather(1, rows), reduction="none")  # (B, R), 0: no target
     return (ce.sum(1) / lengths).mean()
 
@@ -234,15 +239,14 @@ def masked_diffusion_loss(model: Transformer, ids, is_response, attend, mask_id:
         noise = torch.where(suffix[:, None], 1 - rank - 1e-6, noise)  # the last t of the response falls below t
     masked = is_response & (noise < ratio[:, None])
     noisy = torch.where(masked, torch.full_like(ids, mask_id), ids)
-    # the head on the rows that predict a masked token only (Transformer.forward's logits, gathered): the output
-    # layers cost per row, and a copy head's mixture is (rows, vocabulary) wide
+    # the head on the rows that predict a masked token only (Transformer.forward's logits, gathered)
     hidden = model.trunk(noisy, key_padding_mask=attend, read=read)  # (B, T, d)
     source = model.copy_source(hidden, noisy, attend & ~is_response)
     counts = masked.sum(1)
     R = max(1, int(counts.max()))
     where = masked.float().argsort(dim=1, descending=True, stable=True)[:, :R]  # (B, R): masked positions, in order
     rows = (where - int(model.args.shift_logits)).clamp(min=0)  # a shift_logits row predicts the token after it
-    logits = model.head(hidden.gather(1, rows[..., None].expand(-1, -1, hidden.shape[-1])), source)  # (B, R, V)
+    logits = head_at(model, hidden, rows, source)  # (B, R, V)
     found = torch.arange(R) < counts[:, None]  # (B, R): row-major, the order of ids[masked]
     ce = F.cross_entropy(logits[found], ids.gather(1, where)[found], reduction="none")  # (n_masked,)
     weight = (1.0 / ratio)[:, None].expand_as(ids)[masked]  # 1/t of each masked token's sequence
