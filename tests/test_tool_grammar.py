@@ -70,7 +70,8 @@ BOOK = '"name":"Noah","day":"tuesday","time":"15:30","service":'
     (call("list_appointments", '"name":" Noah'), "broken"),           # a letter first
     (call("list_appointments", '"name":"Noah Noah'), "broken"),       # not what the caller said
     (call("list_appointments", '"name":"Noah Pa"'), "broken"),        # a word cut short
-    (call("list_appointments", '"name":"Park"}}</tool_call>'), "free"),     # said, if not all the name
+    (call("list_appointments", '"name":"Noah"}}</tool_call>'), "free"),     # said, if not all the name
+    (call("list_appointments", '"name":"Park"'), "broken"),                # but as said: from its first word
     (call("list_appointments", '"name":"Noah Park calling"'), "broken"),   # "calling" is not a name
     (call("list_appointments", '"name":"Park Tuesday"'), "broken"),        # nor a day, nor across phrases
     (call("check_availability", '"day":"tuesday","time":"15:00"'), "broken"),  # a time nobody said
@@ -100,6 +101,27 @@ def test_a_preposition_that_opens_the_sentence_is_not_part_of_the_name(grammar):
     under = heard([{"role": "user", "content": "Could I get a haircut on Saturday at 9AM? Under Rohan, please."}])
     assert grammar.state(call("list_appointments", '"name":"Rohan"}}</tool_call>'), under) == "free"
     assert grammar.state(call("list_appointments", '"name":"Under'), under) == "broken"
+    who = heard([{"role": "user", "content": "Hello, Who won the game last night? Thanks so much."}])
+    assert not who.names  # a question word a transcript capitalized is no name: no name was given
+    assert not who.grounds({"name": "Who"})
+
+
+def test_a_two_word_name_is_given_from_its_first_word(grammar):
+    """"Under Arjun Jensen, please." is booked under "Arjun Jensen" or "Arjun", never "Jensen" alone."""
+    said = heard([{"role": "user", "content": "What time is my appointment? Under Arjun Jensen, please."}])
+    assert grammar.state(call("list_appointments", '"name":"Arjun Jensen"}}</tool_call>'), said) == "free"
+    assert grammar.state(call("list_appointments", '"name":"Arjun"}}</tool_call>'), said) == "free"
+    assert grammar.state(call("list_appointments", '"name":"Jen'), said) == "broken"
+    assert said.grounds({"name": "Arjun Jensen"}) and not said.grounds({"name": "Jensen"})
+
+
+def test_a_service_it_lacks_ends_where_the_day_begins(grammar):
+    said = heard([{"role": "user", "content": "This is Noah. I'd like a perm next Tuesday, at 2:30. Or a perm this "
+                                              "coming Tuesday."}], load_profile(None))
+    book = '"name":"Noah","day":"tuesday","time":"14:30","service":'
+    assert grammar.state(call("book_appointment", book + '"perm"}}</tool_call>'), said) == "free"
+    assert grammar.state(call("book_appointment", book + '"perm n'), said) == "broken"
+    assert grammar.state(call("book_appointment", book + '"perm th'), said) == "broken"
 
 
 def test_names_of_words_when_none_is_capitalized(grammar):
