@@ -218,7 +218,10 @@ def test_spoken_hours_have_two_digit_and_afternoon_twins_in_the_shipped_tokenize
     tokens = Tokenizer.from_file(str(DEFAULT_LLM_DIR / "tokenizer.json"))
     digits, afternoon = ({tokens.id_to_token(a): tokens.id_to_token(b) for a, b in pairs}
                          for pairs in number_twins(tokens))
-    assert digits["9"] == digits["nine"] == "09" and digits["thirty"] == "30" and digits["noon"] == "12"
+    assert digits["9"] == digits["nine"] == "09" and digits["thirty"] == "30"
+    # "noon" has a twin when it is one token (the tokenizer trained with the variants splits it: "noo" "n"; the
+    # tools' grammar still reads it as 12:00)
+    assert digits.get("noon", "12") == "12" and ("noon" in digits) == (tokens.token_to_id("noon") is not None)
     assert afternoon["2"] == afternoon["two"] == "14" and afternoon["11"] == "23"
     assert "12" not in afternoon and "10" not in digits  # 12 p.m. is 12; a pair that changes nothing is left out
 
