@@ -43,7 +43,7 @@ def write_dialogue(profile: Profile, split: str, rng: random.Random, variants: b
 def generate(profile: Profile, split: str, n: int, seed: int = 0, variants: bool = False) -> list[Dialogue]:
     """n dialogues of `split` (train or heldout); the same arguments always give the same dialogues.
 
-    variants: training also draws from app.dialogues.variants (not in the shipped recipe: docs/EMBEDDED_MODEL.md).
+    variants: training also draws from app.dialogues.variants (in the shipped recipe: docs/EMBEDDED_MODEL.md).
     """
     if split not in SPLITS:
         raise ValueError(f"unknown split {split!r}; valid: {', '.join(SPLITS)}")
