@@ -12,12 +12,13 @@ with a known tool, its argument keys in the schema's order (the order the traini
 required one present, and each value of its kind: one of the enum's values (day, topic), "HH:MM" on a 24-hour
 clock (time), or text of letters, spaces and a few marks (name, service; never a comma, a digit or a quote).
 Given what the conversation said (`heard`), values also come from it:
-- a name is a run of capitalized words the caller said, from its first word, within one phrase ("Noah Park" or
-  "Noah" from "This is Noah Park calling, thanks."; not "Park", "Noah Park calling", "Tuesday" or "Hi"): the
-  agent books, cancels and looks up under the caller's own name, never under a name it made up;
+- a name is a whole run of capitalized words the caller said within one phrase ("Noah Park" from "This is Noah
+  Park calling, thanks."; not "Noah" alone, "Park", "Noah Park calling", "Tuesday" or "Hi"): the agent books,
+  cancels and looks up under the caller's own name, never under a name it made up or cut short;
 - a value with examples (the business's services, app.tools.Toolbox.schemas) is one the caller named, by its
-  name or one of the profile's aliases (any of them if the caller named none), or words the caller said that
-  name none (a service the business does not offer, which the tool refuses with a reason);
+  name or one of the profile's aliases (any of them if the caller named none), or a whole run of the caller's
+  words between those that are never part of a service's name ("eyelash extensions" from "Could I get eyelash
+  extensions on Thursday?"): a service the business does not offer, which the tool refuses with a reason;
 - a time or a day is one the caller or the agent said, those of the caller's latest message if it says any; a
   time is read both ways when it may be either ("three thirty": 03:30 or 15:30, app.spoken_times); an optional
   time or day nobody said is left out ("Anything free on Friday?").
@@ -111,15 +112,30 @@ Has Was Were Should Shall Name Name's""".split())
 
 
 _DAY_WORDS = {d: d for d in ("today", "tomorrow", *WEEKDAYS)} | {"tonight": "today"}
-# Words that end a service the business does not offer: what follows is when ("a perm next Tuesday at 2", "a perm
-# this coming Saturday"), not the service. NOTE: "perm next" and "perm this coming" were booked (and refused as
+# Words that are never part of a service's name: they end a service the business does not offer and begin the
+# next. What follows one is when ("a perm next Tuesday at 2", "a perm this coming Saturday"), a courtesy ("a
+# facial, thanks so much") or the rest of the request; what precedes one is the request ("Could I get eyelash
+# extensions", "How much does a teeth whitening cost"). So the caller's words for a service it lacks are a whole
+# run between them: "eyelash extensions", never "extensions" or "teeth" alone. NOTE: "perm next" and "perm this
+# coming" were booked, and "extensions" for "eyelash extensions" and "teeth" for "teeth whitening" (refused as
 # services it lacks), model of 2026-11-30.
-_NOT_SERVICE = frozenset({*_DAY_WORDS, "next", "this", "coming", "on", "at", "around", "about"})
+_NOT_SERVICE = frozenset({*_DAY_WORDS, *"""next this coming on at around about sometime soon later now then
+a an the some any my me i i'd i'm i'll it it's you your we us our is are be been was would will could can may
+might should do does did have has had get got like love want wanted need needed book booked schedule grab make
+come fit put pencil set up in into for to of with under by from and or but so if also just please thanks thank
+cheers much how what what's when where which cost costs price charge charged hoping looking calling think
+possible there here that's okay ok yes yeah um uh oh hi hello hey well right sure name's""".split()})
+_PHRASE_END = re.compile(r'[,?!;:"()]|\.(?=\s|$)')  # a mark that ends a phrase ("p.m." does not)
 
 
 def said_words(texts: list[str]) -> tuple[tuple[str, ...], ...]:
     """The words of each caller message, without the punctuation around them."""
     return tuple(tuple(w for w in (w.strip(_MARKS) for w in t.split()) if w) for t in texts)
+
+
+def _phrases(texts: list[str]) -> tuple[tuple[str, ...], ...]:
+    """The words of each phrase (between the marks that end one) of the caller's messages."""
+    return said_words([phrase for text in texts for phrase in _PHRASE_END.split(text)])
 
 
 def _name_runs(texts: list[str]) -> tuple[tuple[str, ...], ...]:
@@ -141,8 +157,10 @@ def _name_runs(texts: list[str]) -> tuple[tuple[str, ...], ...]:
 def _services_named(said: tuple[tuple[str, ...], ...], profile) -> tuple[tuple[str, ...], tuple]:
     """(the services the caller named, by name or by one of the profile's aliases, the longest that matches:
     "kids cut" is the kids haircut, not a haircut; the runs of the caller's words between those names and the
-    words that say when, _NOT_SERVICE)."""
-    phrases = sorted(((tuple(w.lower() for w in phrase.split()), s.name) for s in profile.services
+    words that are never part of one, _NOT_SERVICE), from the words of each of the caller's phrases, `said`;
+    without a `profile`, no services."""
+    services = () if profile is None else profile.services
+    phrases = sorted(((tuple(w.lower() for w in phrase.split()), s.name) for s in services
                       for phrase in (s.name, *s.aliases)), key=lambda p: -len(p[0]))
     named, others = [], []
     for words in said:
@@ -170,7 +188,7 @@ class Heard:
     times: frozenset[str]                # "HH:MM" a time said may mean (app.spoken_times): in the caller's
                                          # latest message if it says one, else in the whole conversation
     services: tuple[str, ...]            # the business's services the caller named (by name or alias)
-    others: tuple[tuple[str, ...], ...]  # the caller's words between those names
+    others: tuple[tuple[str, ...], ...]  # runs of the caller's words between those names (_services_named)
     days: frozenset[str]                 # the days (today, tomorrow, a weekday) said, likewise
     cased: bool                          # the caller's transcript has capitals, so names are capitalized
 
@@ -184,21 +202,16 @@ class Heard:
                 and (name is None or self._named(name)))
 
     def _named(self, name: str) -> bool:
-        """Is `name` one the caller gave? In a transcript with capitals (Whisper's), a run of `names`; in one
-        without, any words of the caller's but those that are never names ("hi", "okay")."""
+        """Is `name` one the caller gave? In a transcript with capitals (Whisper's), all of a run of `names`; in
+        one without, any words of the caller's but those that are never names ("hi", "okay")."""
         if not self.cased:
             return not all(w.capitalize() in NOT_NAMES for w in name.split())
-        return _within(name.split(), self.names, from_start=True)
+        return tuple(name.split()) in self.names
 
     def _said(self, text: str) -> bool:
-        """Is `text` a run of the caller's words that names none of the business's services?"""
-        return _within(text.lower().split(), [[w.lower() for w in run] for run in self.others])
-
-
-def _within(words: list[str], runs, from_start: bool = False) -> bool:
-    """Are `words` consecutive words of one of `runs` (from_start: its first words)?"""
-    n = len(words)
-    return any(list(run[i:i + n]) == words for run in runs for i in range(1 if from_start else len(run) - n + 1))
+        """Is `text` all the words of one of `others`, a run of the caller's that names none of the business's
+        services?"""
+        return tuple(text.lower().split()) in {tuple(w.lower() for w in run) for run in self.others}
 
 
 def heard(messages: list[dict], profile=None) -> Heard:
@@ -219,16 +232,15 @@ def heard(messages: list[dict], profile=None) -> Heard:
                          if w.lower() in _DAY_WORDS)
 
     words = said_words(said)
-    services, others = _services_named(words, profile) if profile is not None else ((), words)
+    services, others = _services_named(_phrases(said), profile)
     latest = said[-1:]  # what the caller says now overrides what was said before ("Two is fine.", "on Friday")
     return Heard(words, _name_runs(said), times(latest) or times(spoken), services, others,
                  days(latest) or days(spoken), any(c.isupper() for c in "".join(said)))
 
 
-def _said_run(rule, said: tuple[tuple[str, ...], ...], from_start: bool = False):
+def _said_run(rule, said: tuple[tuple[str, ...], ...]):
     """`rule` (prefix ok, complete) narrowed to a run of consecutive words of one caller message that the rule
-    takes whole (so every prefix it allows can be finished); `rule` itself if no word is one. from_start: the run
-    begins where one of `said` does."""
+    takes whole (so every prefix it allows can be finished); `rule` itself if no word is one."""
     prefix_ok, complete = rule
     if not any(complete(w) for words in said for w in words):
         return rule
@@ -236,7 +248,7 @@ def _said_run(rule, said: tuple[tuple[str, ...], ...], from_start: bool = False)
     def runs(value: str, partial: bool) -> bool:
         parts = value.split(" ")
         for words in said:
-            for i in range(1 if from_start else len(words) - len(parts) + 1):
+            for i in range(len(words) - len(parts) + 1):
                 run = words[i:i + len(parts)]
                 if run[:-1] == tuple(parts[:-1]) and (run[-1] == parts[-1] or
                                                       partial and run[-1].startswith(parts[-1])):
@@ -246,6 +258,13 @@ def _said_run(rule, said: tuple[tuple[str, ...], ...], from_start: bool = False)
 
     return (lambda value: prefix_ok(value) and runs(value, True)), (lambda value: complete(value) and
                                                                      runs(value, False))
+
+
+def _whole_run(rule, runs: tuple[tuple[str, ...], ...]):
+    """`rule` narrowed to all the words of one of `runs` ("Noah Park", not "Noah" or "Park"); `rule` itself if
+    it takes none of them."""
+    values = tuple(v for v in dict.fromkeys(" ".join(run) for run in runs) if rule[1](v))
+    return _one_of(values) if values else rule
 
 
 # Marks no spoken reply holds (none of the generated dialogues' replies does; a "<" may open a call).
@@ -352,9 +371,10 @@ class ToolCallGrammar:
     def _rule(key: str, rule, examples: tuple[str, ...], heard: Heard | None, required: bool):
         """A value's rule in this conversation (None: no value it could take, so an optional key is left out).
 
-        A name is a run of the caller's capitalized words (of any of their words if none is capitalized). A time
-        or a day is one said (any, if required and none was). A service is one the caller named, else one of the
-        business's (examples); or the caller's words that name none of them (a service it does not offer)."""
+        A name is a whole run of the caller's capitalized words (any run of their words if none is capitalized).
+        A time or a day is one said (any, if required and none was). A service is one the caller named, else one
+        of the business's (examples); or a whole run of the caller's words that name none of them (a service it
+        does not offer)."""
         if heard is None:
             return _either(_one_of(examples), rule) if examples else rule
         if key in ("time", "day"):
@@ -363,10 +383,10 @@ class ToolCallGrammar:
                 return _one_of(tuple(sorted(said)))
             return rule if required else None
         if key == "name":
-            named = _said_run(rule, heard.names, from_start=True)
+            named = _whole_run(rule, heard.names)
             return named if named is not rule else _said_run(rule, heard.words)
         if examples:
-            return _either(_one_of(heard.services or examples), _said_run(rule, heard.others))
+            return _either(_one_of(heard.services or examples), _whole_run(rule, heard.others))
         return rule
 
 
