@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from app.heard import heard
+
 log = logging.getLogger(__name__)
 
 TOOL_CALL_OPEN, TOOL_CALL_CLOSE = "<tool_call>", "</tool_call>"
@@ -173,8 +175,6 @@ class Agent:
         if grammar is not None and not call:
             extra["allows"] = grammar.no_call
         elif grammar is not None:
-            from app.tool_grammar import heard
-
             extra["allows"] = functools.partial(grammar.allows, heard=heard(messages, self.toolbox.profile))
         return self.engine.generate(messages, max_new_tokens=opts.max_new_tokens, block_length=opts.block_length,
                                     threshold=opts.threshold, use_cache=opts.cache, on_block=on_block, cancel=cancel,
@@ -185,8 +185,6 @@ class Agent:
         Always, without the grammar (a big checkpoint's calls run as written)."""
         if self._grammar() is None:
             return True
-        from app.tool_grammar import heard
-
         said = heard(self.prompt(), self.toolbox.profile)
         return all(not name or said.grounds(arguments) for name, arguments in calls)
 

@@ -11,7 +11,7 @@ from app.dialogues import cases, examples, generate, phrases, templates, variant
 from app.dialogues.script import Script
 from app.dialogues.replies import facts
 from app.profile import load_profile
-from app.tool_grammar import NOT_NAMES
+from app.heard import NOT_NAMES
 from app.tools import parse_time
 
 

@@ -1,5 +1,5 @@
 """Reading clock times out of transcripts (app.spoken_times), and what the tools' grammar hears in a conversation
-(app.tool_grammar.heard): the times, names and services a tool call may take."""
+(app.heard.heard): the times, names and services a tool call may take."""
 from datetime import time
 
 import pytest
@@ -7,7 +7,7 @@ import pytest
 from app.dialogues.phrases import time_forms
 from app.profile import load_profile
 from app.spoken_times import times_in
-from app.tool_grammar import heard
+from app.heard import heard
 
 
 @pytest.mark.parametrize("text, times", [
@@ -69,7 +69,7 @@ def test_heard_reads_the_callers_services_by_the_profiles_words():
                  profile)
     assert said.services == ("kids haircut", "beard trim")  # the longest alias: not a haircut, nor a trim
     assert said.others == (("perm",),)  # the words that name no service, for one it lacks; not "Also a" (never
-                                        # part of a service's name: app.tool_grammar._NOT_SERVICE)
+                                        # part of a service's name: app.heard._NOT_SERVICE)
     assert not any("beard" in run or "haircut" in run for run in said.others)
 
 

@@ -10,7 +10,8 @@ from app.agent import Agent, agent_options_for, parse_tool_calls
 from app.dialogues import cases, examples, generate
 from app.profile import load_profile
 from app.settings import DEFAULT_LLM_DIR
-from app.tool_grammar import ToolCallGrammar, heard, said_words
+from app.heard import heard, said_words
+from app.tool_grammar import ToolCallGrammar
 from app.store import open_store
 from app.tools import SCHEMAS, Toolbox, system_prompt
 

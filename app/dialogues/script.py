@@ -8,7 +8,7 @@ from app.dialogues import phrases, variants
 from app.dialogues.replies import reply_to
 from app.profile import WEEKDAYS, Profile, Service
 from app.store import open_store
-from app.tool_grammar import NOT_NAMES
+from app.heard import NOT_NAMES
 from app.tools import Toolbox
 
 Booking = tuple[str, str, datetime, int]  # name, service, local start, duration_min
