@@ -14,12 +14,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from app.heard import heard
+from app.heard import asks_again, details_in, heard
 
 log = logging.getLogger(__name__)
 
 TOOL_CALL_OPEN, TOOL_CALL_CLOSE = "<tool_call>", "</tool_call>"
 TOOL_CALL_RE = re.compile(f"{TOOL_CALL_OPEN}(.*?){TOOL_CALL_CLOSE}", re.DOTALL)
+_SENTENCE_END = re.compile(r"[.?!](?=\s|$)")
 
 
 def _compact(value) -> str:
@@ -113,17 +114,44 @@ def parse_tool_calls(text: str) -> tuple[list[tuple[str, dict]], str]:
     return calls, " ".join(spoken.split())
 
 
-class _SpeechFilter:
-    """Passes streamed model text through to `on_text`, holding back anything inside tool-call markup."""
+def _starting_with(prefix: str, texts: list[str], allows):
+    """The grammar `allows` (ids, token) narrowed to replies that begin with `prefix`; `texts`: each token's text."""
+    def narrowed(ids: list[int], token: int) -> bool:
+        before = "".join(texts[i] for i in ids)
+        if len(before) < len(prefix):
+            text = before + texts[token]
+            if not texts[token] or not (prefix.startswith(text) or text.startswith(prefix)):
+                return False
+        return allows(ids, token)
+    return narrowed
 
-    def __init__(self, on_text: Callable[[str], None] | None):
+
+class _SpeechFilter:
+    """Passes streamed model text through to `on_text`, holding back anything inside tool-call markup.
+
+    With `vet`, the reply's first sentence is judged whole before any of it is spoken: if vet(sentence) is False,
+    the generation's speech is withheld (`withheld`) until `release`.
+    """
+
+    def __init__(self, on_text: Callable[[str], None] | None, vet: Callable[[str], bool] | None = None):
         self.on_text = on_text
+        self.vet = vet
+        self.withheld = False
         self.text = ""          # everything the model wrote in this generation
         self.emitted = 0        # characters of self.text already judged (spoken or skipped)
 
-    def feed(self, block: str) -> None:
+    def feed(self, block: str, done: bool = False) -> None:
         self.text += block
-        if self.on_text is None:
+        if self.vet is not None:
+            if self.text.lstrip().startswith("<"):      # a call comes first: the speech after it is not vetted
+                self.vet = None
+            else:
+                end = _SENTENCE_END.search(self.text)
+                if end is None and not done:
+                    return
+                self.withheld = not self.vet(self.text[:end.end()] if end else self.text)
+                self.vet = None
+        if self.on_text is None or self.withheld:
             return
         while True:
             pending = self.text[self.emitted:]
@@ -141,6 +169,15 @@ class _SpeechFilter:
                 self.emitted += start
                 return
             self.emitted += end + len(TOOL_CALL_CLOSE)
+
+    def finish(self) -> None:
+        """The generation ended: a first sentence that never ended is vetted as it is."""
+        self.feed("", done=True)
+
+    def release(self) -> None:
+        """Speak what was withheld after all."""
+        self.withheld = False
+        self.feed("")
 
     def _say(self, text: str) -> None:
         if text.strip():
@@ -166,16 +203,19 @@ class Agent:
         return system + self.messages[start:]
 
     def _generate(self, messages: list[dict], on_block=None, cancel: threading.Event | None = None,
-                  call: bool = True):
-        """The model's next message; with the tools' grammar, its tool calls are held to it, and with
-        call=False it may make none."""
+                  call: bool | None = None, tool: str = ""):
+        """The model's next message; with the tools' grammar, its tool calls are held to it. call=None: it may
+        make a call; False: none; True: it must begin with a call (of `tool`, if given)."""
         opts = self.options
         grammar = self._grammar()
         extra = {}
-        if grammar is not None and not call:
+        if grammar is not None and call is False:
             extra["allows"] = grammar.no_call
         elif grammar is not None:
             extra["allows"] = functools.partial(grammar.allows, heard=heard(messages, self.toolbox.profile))
+            if call:
+                extra["allows"] = _starting_with(TOOL_CALL_OPEN + _compact({"name": tool})[:-1] if tool
+                                                 else TOOL_CALL_OPEN, grammar.texts, extra["allows"])
         return self.engine.generate(messages, max_new_tokens=opts.max_new_tokens, block_length=opts.block_length,
                                     threshold=opts.threshold, use_cache=opts.cache, on_block=on_block, cancel=cancel,
                                     **extra)
@@ -187,6 +227,19 @@ class Agent:
             return True
         said = heard(self.prompt(), self.toolbox.profile)
         return all(not name or said.grounds(arguments) for name, arguments in calls)
+
+    def _vet(self):
+        """For the first generation of a turn, when a booking could be made of what the conversation said: the
+        check its first sentence must pass before it is spoken: that it does not ask for a detail the caller's
+        message just gave (app.heard.asks_again); else None (nothing is held back)."""
+        if self._grammar() is None:
+            return None
+        messages = self.prompt()
+        said = heard(messages, self.toolbox.profile)
+        if not (said.names and said.times and said.days and (said.services or said.others)):
+            return None
+        given = details_in(messages[-1]["content"], self.toolbox.profile)
+        return lambda sentence: not asks_again(sentence, given)
 
     def _grammar(self):
         """The tools' grammar for this engine's vocabulary, when the options ask for it and decoding allows it."""
@@ -215,13 +268,14 @@ class Agent:
         turn = TurnResult(reply="")
         with self._lock:
             self.messages.append({"role": "user", "content": user_text})
-        for _ in range(opts.max_tool_rounds + 1):
-            speech = _SpeechFilter(on_text)
+        for round_ in range(opts.max_tool_rounds + 1):
+            speech = _SpeechFilter(on_text, self._vet() if round_ == 0 else None)
             if first is not None and first.stopped != "cancelled":
                 gen, first = first, None                   # drafted during the user's silence
                 speech.feed(gen.text)
             else:
                 gen = self._generate(self.prompt(), on_block=speech.feed, cancel=cancel)
+            speech.finish()
             turn.count(gen)
             calls, spoken = parse_tool_calls(gen.text)
             if calls and not spoken and gen.stopped != "cancelled" and not self._grounded(calls):
@@ -229,6 +283,17 @@ class Agent:
                 gen = self._generate(self.prompt(), on_block=speech.feed, cancel=cancel, call=False)
                 turn.count(gen)
                 calls, spoken = parse_tool_calls(gen.text)
+            elif speech.withheld and gen.stopped != "cancelled":
+                # the model asked for a detail the caller just gave: with every detail given, it books instead
+                booking = self._generate(self.prompt(), cancel=cancel, call=True, tool="book_appointment")
+                turn.count(booking)
+                booked, after = parse_tool_calls(booking.text)
+                if booking.stopped == "cancelled" or booked and not after and self._grounded(booked):
+                    gen, calls, spoken = booking, booked, after
+                else:
+                    speech.release()
+            if speech.withheld:
+                spoken = ""                                # never spoken (a cancelled turn)
             turn.reply = " ".join(filter(None, [turn.reply, spoken]))
             if gen.stopped == "cancelled":
                 turn.cancelled = True

@@ -27,7 +27,7 @@ February March April May June July August September October November December Hi
 Nope Okay Ok OK Oh Um Uh Hmm Well So Right Sure Thanks Please Great Perfect Fine Cool Awesome Wonderful Alright
 Good Bye Goodbye A An The This That It It's Let's Let What What's How Could Would Is Are Do Does Just Actually And
 But Or Also Maybe Then Under For With On At By From To In Of As If Can My Who Whose Where When Why Which Did Have
-Has Was Were Should Shall Name Name's""".split())
+Has Was Were Should Shall Name Name's Today Tomorrow Tonight Next You Your Our""".split())
 # NOTE: "Let's try on Saturday" had booked under "Let's", "A beard." under "A"; "Under Rohan, please." under
 # "Under Rohan" (12 of the 28 calls with a wrong value on 200 held-out dialogues, model of 2026-11-30); "Hello,
 # Who won the game last night?" cancelled under "Who".
@@ -48,6 +48,7 @@ come fit put pencil set up in into for to of with under by from and or but so if
 cheers much how what what's when where which cost costs price charge charged hoping looking calling think
 possible there here that's okay ok yes yeah um uh oh hi hello hey well right sure name's""".split()})
 _PHRASE_END = re.compile(r'[,?!;:"()]|\.(?=\s|$)')  # a mark that ends a phrase ("p.m." does not)
+_DETAILS = re.compile(r"\b(service|day|time)\b", re.IGNORECASE)  # what a booking question asks for
 
 
 def said_words(texts: list[str]) -> tuple[tuple[str, ...], ...]:
@@ -158,3 +159,20 @@ def heard(messages: list[dict], profile=None) -> Heard:
     latest = said[-1:]  # what the caller says now overrides what was said before ("Two is fine.", "on Friday")
     return Heard(words, _name_runs(said), times(latest) or times(spoken), services, others,
                  days(latest) or days(spoken), any(c.isupper() for c in "".join(said)))
+
+
+def details_in(text: str, profile=None) -> frozenset[str]:
+    """The details of a booking ("service", "day", "time") a caller's message gives: a business's service by its
+    name or an alias, a day, a time. Not a name: any capitalized word that opens a sentence may be one ("Cancel my
+    appointment, please."), so only the model can tell whether one was given."""
+    open_at = None if profile is None else profile.open_at
+    given = {"service": bool(_services_named(_phrases([text]), profile)[0]),
+             "day": any(w.lower() in _DAY_WORDS for w in said_words([text])[0]),
+             "time": bool(times_in(text, open_at))}
+    return frozenset(detail for detail, yes in given.items() if yes)
+
+
+def asks_again(sentence: str, given: frozenset[str]) -> bool:
+    """Is `sentence` a question for one of the details `given` (`details_in`): "What day would you like to come
+    in?" to "I was hoping to get a blow dry today, at 3 pm"?"""
+    return sentence.rstrip().endswith("?") and any(d.lower() in given for d in _DETAILS.findall(sentence))

@@ -7,7 +7,7 @@ import pytest
 from app.dialogues.phrases import time_forms
 from app.profile import load_profile
 from app.spoken_times import times_in
-from app.heard import heard
+from app.heard import asks_again, details_in, heard
 
 
 @pytest.mark.parametrize("text, times", [
@@ -90,6 +90,39 @@ def test_heard_names_are_capitalized_runs_within_a_phrase():
 ])
 def test_a_name_the_caller_gave(said, name, given):
     assert heard([{"role": "user", "content": said}]).grounds({"name": name}) == given
+
+
+@pytest.mark.parametrize("said, name", [
+    ("Today, please.", None),                 # a day that opens an answer is no name
+    ("Next Friday, please.", None),
+    ("You can put it under Raj Novak.", "Raj Novak"),   # nor a pronoun that opens a sentence
+])
+def test_a_day_word_or_a_pronoun_that_opens_a_sentence_is_no_name(said, name):
+    names = heard([{"role": "user", "content": said}]).names
+    assert names == ((tuple(name.split()),) if name else ())
+
+
+@pytest.mark.parametrize("said, given", [
+    ("Hi, hi. I was hoping to get a blow dry today, at 3 pm. Under Felix, please.", {"service", "day", "time"}),
+    ("Could I come in on Friday?", {"day"}),
+    ("Half past three, please.", {"time"}),
+    ("Just a kids cut.", {"service"}),
+    ("Yes, I'd like a perm.", set()),          # a service the business lacks: only the model can tell
+    ("This is Noah Park.", set()),             # a name: likewise (any word that opens a sentence may be one)
+])
+def test_the_details_of_a_booking_a_message_gives(said, given):
+    assert details_in(said, load_profile(None)) == given
+
+
+@pytest.mark.parametrize("question, asks", [
+    ("What day would you like to come in?", True),
+    ("What time today works for you?", True),      # the time is asked, the day only named
+    ("Sure, what service would you like?", False),
+    ("How can I help you today?", False),          # "today" asks for no day
+    ("We have openings on that day.", False),      # not a question
+])
+def test_a_question_for_a_detail_already_given(question, asks):
+    assert asks_again(question, frozenset({"day", "time"})) == asks
 
 
 def test_what_the_caller_says_now_overrides_what_was_said_before():

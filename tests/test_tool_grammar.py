@@ -241,8 +241,8 @@ class _PreferenceModel:
         for text in self.replies(messages):
             ids = self.tokenizer.encode(text, add_special_tokens=False).ids
             if allows is None or all(allows(ids[:k], ids[k]) for k in range(len(ids))):
-                if on_block is not None:
-                    on_block(text)
+                for word in text.split(" ") if on_block is not None else ():  # streamed a word at a time
+                    on_block(word if text.endswith(word) else word + " ")
                 return FakeGeneration(text, 1, len(ids), 0.001, 0.001, "eos")
         raise AssertionError(f"the grammar refused every reply: {self.replies(messages)}")
 
@@ -273,6 +273,45 @@ def test_the_agent_asks_for_a_detail_the_caller_never_gave(engine, said, name, r
     assert turn.reply == (f"You're all set, {name}." if runs else "What time and service would you like?")
     assert bool(toolbox.store.for_name(name)) == runs
     assert all("<tool_call>" not in m["content"] for m in agent.messages if m["role"] == "assistant") != runs
+
+
+@pytest.mark.parametrize("said, books", [
+    ("I was hoping to get a blow dry on Thursday at 3 pm. Under Felix, please.", True),  # the day was just given
+    ("I was hoping to get a blow dry at 3 pm. Under Felix, please.", False),   # no day: the question stands
+    ("Could I come in on Thursday at 3 pm? Under Felix, please.", False),      # a booking would need a service
+])
+def test_the_agent_does_not_ask_for_a_detail_the_caller_just_gave(engine, said, books):
+    """A model that would rather ask "What day would you like to come in?" than book: when the caller's message
+    gave the day and a booking of what was said is complete, the agent books, and the question is never spoken;
+    otherwise the question is spoken as it was written."""
+    profile = load_profile(None)
+    toolbox = Toolbox(profile, open_store(":memory:"), now=lambda: datetime(2027, 1, 4, 9, 0))  # a Monday
+    question = "What day would you like to come in?"
+    call = '<tool_call>{"name":"book_appointment","arguments":{"name":"Felix","day":"thursday","time":"15:00",' \
+           '"service":"blow dry"}}</tool_call>'
+
+    def replies(messages):
+        return ["You're all set, Felix."] if messages[-1]["role"] == "tool" else [question, call]
+
+    agent = Agent(_PreferenceModel(engine.tokenizer, replies), toolbox, None, agent_options_for(DEFAULT_LLM_DIR))
+    pieces = []
+    turn = agent.respond(said, on_text=pieces.append)
+    assert [c.name for c in turn.tool_calls] == (["book_appointment"] if books else [])
+    assert turn.reply == ("You're all set, Felix." if books else question)
+    assert "".join(pieces).strip() == turn.reply            # what was spoken is the reply: the question or nothing
+    assert [a.service for a in toolbox.store.for_name("Felix")] == (["blow dry"] if books else [])
+
+
+def test_the_shipped_model_books_a_request_it_would_have_asked_the_day_of(engine):
+    """A held-out request the shipped model answers "What day would you like to come in?" though it says "today":
+    the agent books it instead, under the caller's name, with what they said."""
+    profile = load_profile(None)
+    toolbox = Toolbox(profile, open_store(":memory:"), now=lambda: datetime(2027, 1, 6, 9, 0))  # a Wednesday
+    agent = Agent(engine, toolbox, system_prompt(profile, toolbox, "parley"), agent_options_for(DEFAULT_LLM_DIR))
+    turn = agent.respond("Hi, hi. I was hoping to get a blow dry today, at 3 pm. Under Felix, please.")
+    assert [(c.name, c.arguments) for c in turn.tool_calls] == [
+        ("book_appointment", {"name": "Felix", "day": "today", "time": "15:00", "service": "blow dry"})]
+    assert [(a.service, a.start) for a in toolbox.store.for_name("Felix")] == [("blow dry", datetime(2027, 1, 6, 15))]
 
 
 def test_a_reply_that_may_not_call_is_spoken_text_only(grammar, engine):
