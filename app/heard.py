@@ -48,7 +48,9 @@ come fit put pencil set up in into for to of with under by from and or but so if
 cheers much how what what's when where which cost costs price charge charged hoping looking calling think
 possible there here that's okay ok yes yeah um uh oh hi hello hey well right sure name's""".split()})
 _PHRASE_END = re.compile(r'[,?!;:"()]|\.(?=\s|$)')  # a mark that ends a phrase ("p.m." does not)
-_DETAILS = re.compile(r"\b(service|day|time)\b", re.IGNORECASE)  # what a booking question asks for
+_WORD = re.compile(r"[A-Za-z][A-Za-z'-]*")
+_FREE_CAPITALIZED = frozenset({"I", "I'm", "I'll", "I'd", "I've"})
+_DETAILS = re.compile(r"\b(service|day|time|name)\b", re.IGNORECASE)  # what a question asks for
 
 
 def said_words(texts: list[str]) -> tuple[tuple[str, ...], ...]:
@@ -114,6 +116,7 @@ class Heard:
     others: tuple[tuple[str, ...], ...]  # runs of the caller's words between those names (_services_named)
     days: frozenset[str]                 # the days (today, tomorrow, a weekday) said, likewise
     cased: bool                          # the caller's transcript has capitals, so names are capitalized
+    capitalized: frozenset[str] = frozenset()  # the capitalized words of every message (system, tool results too)
 
     def grounds(self, arguments: dict) -> bool:
         """Did the conversation give the day, time, service and name of a call's `arguments` (those it has)? A
@@ -123,6 +126,23 @@ class Heard:
         return ((day is None or day in self.days) and (time is None or time in self.times)
                 and (service is None or service in self.services or self._said(service))
                 and (name is None or self._named(name)))
+
+    def speaks(self, text: str, since: int = 0) -> bool:
+        """May a spoken reply say `text`, given that it already said text[:since]? Every capitalized word that does
+        not open a sentence, and that ends after `since`, is one a message of the conversation holds
+        (`capitalized`): a name read back from a tool result is read back whole ("You're all set, Samuel.", never
+        "Samue" or "Ahmehmed"); the last word, unfinished, the start of one. Words that open a sentence, and
+        "I", are free."""
+        for match in _WORD.finditer(text, max(0, since - 40)):
+            word = match.group()
+            if match.end() < since or not word[0].isupper() or word in _FREE_CAPITALIZED or word in self.capitalized:
+                continue
+            before = text[:match.start()].rstrip()
+            if not before or before[-1] in ".?!>":
+                continue
+            if match.end() < len(text) or not any(w.startswith(word) for w in self.capitalized):
+                return False
+        return True
 
     def _named(self, name: str) -> bool:
         """Is `name` one the caller gave? In a transcript with capitals (Whisper's), all of a run of `names`; in
@@ -157,22 +177,28 @@ def heard(messages: list[dict], profile=None) -> Heard:
     words = said_words(said)
     services, others = _services_named(_phrases(said), profile)
     latest = said[-1:]  # what the caller says now overrides what was said before ("Two is fine.", "on Friday")
+    capitalized = frozenset(w for m in messages for w in _WORD.findall(m["content"]) if w[0].isupper())
     return Heard(words, _name_runs(said), times(latest) or times(spoken), services, others,
-                 days(latest) or days(spoken), any(c.isupper() for c in "".join(said)))
+                 days(latest) or days(spoken), any(c.isupper() for c in "".join(said)), capitalized)
 
 
-def details_in(text: str, profile=None) -> frozenset[str]:
-    """The details of a booking ("service", "day", "time") a caller's message gives: a business's service by its
-    name or an alias, a day, a time. Not a name: any capitalized word that opens a sentence may be one ("Cancel my
-    appointment, please."), so only the model can tell whether one was given."""
+def details_in(text: str, profile=None, asked: frozenset[str] = frozenset()) -> frozenset[str]:
+    """The details of a request ("service", "day", "time", "name") a caller's message gives: a business's service
+    by its name or an alias, a day, a time; a name only in answer to a question that `asked` for it (any
+    capitalized word that opens a sentence may be one: "Cancel my appointment, please.")."""
     open_at = None if profile is None else profile.open_at
     given = {"service": bool(_services_named(_phrases([text]), profile)[0]),
              "day": any(w.lower() in _DAY_WORDS for w in said_words([text])[0]),
-             "time": bool(times_in(text, open_at))}
+             "time": bool(times_in(text, open_at)), "name": "name" in asked and bool(_name_runs([text]))}
     return frozenset(detail for detail, yes in given.items() if yes)
+
+
+def asked_for(message: str) -> frozenset[str]:
+    """The details an agent's `message` asks for, if it ends in a question: "Can I have your name, please?"."""
+    return frozenset(d.lower() for d in _DETAILS.findall(message)) if message.rstrip().endswith("?") else frozenset()
 
 
 def asks_again(sentence: str, given: frozenset[str]) -> bool:
     """Is `sentence` a question for one of the details `given` (`details_in`): "What day would you like to come
     in?" to "I was hoping to get a blow dry today, at 3 pm"?"""
-    return sentence.rstrip().endswith("?") and any(d.lower() in given for d in _DETAILS.findall(sentence))
+    return bool(asked_for(sentence) & given)

@@ -131,8 +131,8 @@ def _markup(text: str) -> bool:
     stray '"}}</tool_call>' or '","day":"tomorrow"' after a reply would be spoken)?"""
     tag = text.rfind("<")
     if tag >= 0:
-        if not TOOL_CALL_OPEN.startswith(text[tag:]):
-            return True
+        if not TOOL_CALL_OPEN.startswith(text[tag:]) or text[:tag].strip():
+            return True     # a call opens a reply, never after speech (no generated reply does that)
         text = text[:tag]  # the call opening after it
     return any(c in _NOT_SPOKEN for c in text)
 
@@ -173,23 +173,30 @@ class ToolCallGrammar:
         """May `token` follow the reply `ids`? heard: what the conversation said (`heard`), which names,
         services and times must come from; None: only the schemas hold."""
         before = "".join(self.texts[i] for i in ids)
-        if not self.texts[token]:  # a special token (end of turn) may not cut a call short
-            return self.state(before, heard) != "open"
-        return self.state(before + self.texts[token], heard) != "broken"
+        if not self.texts[token]:  # a special token (end of turn) may not cut a call or a name short
+            return self.state(before, heard) != "open" and (heard is None or heard.speaks(before + " ", len(before)))
+        text = before + self.texts[token]
+        state = self.state(text, heard)
+        return state == "open" or state == "free" and (heard is None or heard.speaks(text, len(before)))
 
-    def no_call(self, ids: list[int], token: int) -> bool:
+    def no_call(self, ids: list[int], token: int, heard: Heard | None = None) -> bool:
         """May `token` follow the reply `ids` in a reply that makes no tool call? Spoken text only: no "<", which
         opens one, no quote or brace, and no start that spells the tag without its "<" (a model that wanted to
-        call and may not wrote "tool_call>")."""
-        text = ("".join(self.texts[i] for i in ids) + self.texts[token]).lstrip()
+        call and may not wrote "tool_call>"); given what the conversation said, only its capitalized words inside
+        a sentence (Heard.speaks)."""
+        before = "".join(self.texts[i] for i in ids)
+        text = (before + self.texts[token]).lstrip()
         return not any(c in self.texts[token] for c in _NOT_SPOKEN) and not (
-            text and (TOOL_CALL_OPEN[1:].startswith(text) or text.startswith(TOOL_CALL_OPEN[1:5])))
+            text and (TOOL_CALL_OPEN[1:].startswith(text) or text.startswith(TOOL_CALL_OPEN[1:5]))) and (
+            heard is None or heard.speaks(before + self.texts[token], len(before)))
 
     def state(self, text: str, heard: Heard | None = None) -> str:
         """"free" (no call open), "open" (a valid call so far, unfinished) or "broken" for a reply text."""
         start = text.rfind(TOOL_CALL_OPEN)
         if start < 0:
             return "broken" if _markup(text) else "free"
+        if text[:start].strip() and not text[:start].rstrip().endswith(TOOL_CALL_CLOSE):
+            return "broken"  # a call opens a reply (or follows another), never after speech
         cursor = _Cursor(text[start + len(TOOL_CALL_OPEN):])
         try:
             self._call(cursor, heard)

@@ -7,7 +7,7 @@ import pytest
 from app.dialogues.phrases import time_forms
 from app.profile import load_profile
 from app.spoken_times import times_in
-from app.heard import asks_again, details_in, heard
+from app.heard import asked_for, asks_again, details_in, heard
 
 
 @pytest.mark.parametrize("text, times", [
@@ -114,6 +114,15 @@ def test_the_details_of_a_booking_a_message_gives(said, given):
     assert details_in(said, load_profile(None)) == given
 
 
+def test_a_name_is_a_detail_given_in_answer_to_a_question_for_it():
+    asked = asked_for("Sure, what name is the appointment under?")
+    assert asked == {"name"}
+    assert details_in("Jacob, thanks.", None, asked) == {"name"}
+    assert details_in("Thanks.", None, asked) == set()                    # a courtesy is no name
+    assert details_in("Jacob, thanks.", None, asked_for("How can I help you today?")) == set()
+    assert asked_for("Would another day work?") == {"day"} and asked_for("Our hours on that day.") == set()
+
+
 @pytest.mark.parametrize("question, asks", [
     ("What day would you like to come in?", True),
     ("What time today works for you?", True),      # the time is asked, the day only named
@@ -123,6 +132,25 @@ def test_the_details_of_a_booking_a_message_gives(said, given):
 ])
 def test_a_question_for_a_detail_already_given(question, asks):
     assert asks_again(question, frozenset({"day", "time"})) == asks
+
+
+BOOKED = [{"role": "system", "content": "You answer calls for Maple Street Hair Studio."},
+          {"role": "user", "content": "A haircut on Friday at 3, under Samuel Muller."},
+          {"role": "tool", "content": '{"name":"book_appointment","result":{"ok":true,"name":"Samuel Muller"}}'}]
+
+
+@pytest.mark.parametrize("text, since, ok", [
+    ("You're all set, Samuel Muller.", 0, True),
+    ("You're all set, Samue", 20, True),            # unfinished: the start of a word the conversation holds
+    ("You're all set, Samue.", 21, False),          # a name read back cut short
+    ("You're all set, Ahmeh", 19, False),           # or made up
+    ("You're all set, Samue. Samue", 22, True),     # words said before `since` were judged then
+    ("Samue is booked.", 0, True),                  # a word that opens a sentence is free, as is "I"
+    ("Sorry, I can help with that.", 0, True),
+    ("Thank you for calling Maple Street Hair Studio.", 0, True),
+])
+def test_a_reply_reads_capitalized_words_back_whole(text, since, ok):
+    assert heard(BOOKED).speaks(text, since) == ok
 
 
 def test_what_the_caller_says_now_overrides_what_was_said_before():

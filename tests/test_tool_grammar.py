@@ -48,7 +48,8 @@ BOOK = '"name":"Noah Park","day":"tuesday","time":"15:30","service":'
     (call("end_call", "}}</tool_call>Goodbye!"), "free"),
     (call("end_call", '}}</tool_call>Goodbye!"}}</tool_call>'), "broken"),  # markup after the call is spoken
     ('You are all set."}}</tool_call>', "broken"),                     # a close with no call open
-    ("Sure <tool_c", "free"),                                          # a call opening
+    ("Sure <tool_c", "broken"),                                        # a call never opens after speech
+    ("<tool_c", "free"),                                               # a call opening
     ("Two < three", "broken"),
     ('Thank you for calling Maple Street","day":"tomorrow', "broken"),  # JSON run into speech
     (call("book_appointment", '"name":"Noah'), "open"),
@@ -312,6 +313,65 @@ def test_the_shipped_model_books_a_request_it_would_have_asked_the_day_of(engine
     assert [(c.name, c.arguments) for c in turn.tool_calls] == [
         ("book_appointment", {"name": "Felix", "day": "today", "time": "15:00", "service": "blow dry"})]
     assert [(a.service, a.start) for a in toolbox.store.for_name("Felix")] == [("blow dry", datetime(2027, 1, 6, 15))]
+
+
+@pytest.mark.parametrize("question, answer, acts", [
+    ("Sure, what name is the appointment under?", "Jacob, thanks.", True),   # the name asked for: it looks it up
+    ("Sure, what name is the appointment under?", "Thanks.", False),         # no name given: a courtesy
+    ("How can I help you today?", "Jacob, thanks.", False),                  # no name was asked for
+])
+def test_an_answer_to_the_agents_question_is_acted_on(engine, question, answer, acts):
+    """A model that would rather say "You're welcome!" to "Jacob, thanks." than look the appointment up: when the
+    caller's message answers the agent's question for their name, the agent makes the call the model would make
+    of it (a tool that takes a name), and nothing else is spoken."""
+    profile = load_profile(None)
+    toolbox = Toolbox(profile, open_store(":memory:"), now=lambda: datetime(2027, 1, 4, 9, 0))
+    welcome, call = "You're welcome!", '<tool_call>{"name":"list_appointments","arguments":{"name":"Jacob"}}</tool_call>'
+
+    def replies(messages):
+        return ["Jacob, you have nothing booked."] if messages[-1]["role"] == "tool" else [welcome, call]
+
+    agent = Agent(_PreferenceModel(engine.tokenizer, replies), toolbox, None, agent_options_for(DEFAULT_LLM_DIR))
+    agent.messages = [{"role": "user", "content": "What time is my appointment?"},
+                      {"role": "assistant", "content": question}]
+    pieces = []
+    turn = agent.respond(answer, on_text=pieces.append)
+    assert [c.name for c in turn.tool_calls] == (["list_appointments"] if acts else [])
+    assert "".join(pieces).strip() == turn.reply == ("Jacob, you have nothing booked." if acts else welcome)
+
+
+def test_the_shipped_model_cancels_under_the_name_given_with_thanks(engine):
+    """A held-out answer the shipped model took for thanks ("You're welcome! ..."): the name asked for, with a
+    courtesy after it. The agent cancels under it."""
+    profile = load_profile(None)
+    store = open_store(":memory:")
+    store.add("Omar", "haircut", datetime(2027, 1, 8, 11, 0), 30)
+    toolbox = Toolbox(profile, store, now=lambda: datetime(2027, 1, 6, 9, 0))
+    agent = Agent(engine, toolbox, system_prompt(profile, toolbox, "parley"), agent_options_for(DEFAULT_LLM_DIR))
+    agent.messages = [{"role": "user", "content": "Something came up, I have to cancel, thanks so much."},
+                      {"role": "assistant", "content": "Sure, what name is the appointment under?"}]
+    turn = agent.respond("Omar, thanks.")
+    assert [(c.name, c.arguments) for c in turn.tool_calls] == [("cancel_appointment", {"name": "Omar"})]
+    assert turn.tool_calls[0].result["ok"] and not store.for_name("Omar")
+
+
+def test_the_shipped_model_reads_the_name_back_whole(engine):
+    """A held-out booking whose confirmation the shipped model had read back as "You're all set, Samue. Samue is
+    booked ...": under the grammar a name from the tool result is read back whole, and the turn may not end in
+    the middle of one."""
+    profile = load_profile(None)
+    toolbox = Toolbox(profile, open_store(":memory:"), now=lambda: datetime(2027, 1, 4, 9, 0))  # a Monday
+    agent = Agent(engine, toolbox, system_prompt(profile, toolbox, "parley"), agent_options_for(DEFAULT_LLM_DIR))
+    turn = agent.respond("Hiya. I'd love to book a hair cut this coming Thursday at 3:15 pm please. Under Samuel, "
+                         "please.")
+    assert [c.name for c in turn.tool_calls] == ["book_appointment"] and turn.tool_calls[0].result["ok"]
+    assert turn.reply.startswith("You're all set, Samuel.") and "Samue " not in turn.reply, turn.reply
+    grammar, said = agent._grammar(), heard(agent.prompt(), profile)
+    end = grammar.texts.index("")  # a special token: the end of the turn
+    cut, whole = (engine.tokenizer.encode(f"You're all set, {name}", add_special_tokens=False).ids
+                  for name in ("Samue", "Samuel"))
+    assert grammar.allows(cut[:-1], cut[-1], said) and not grammar.allows(cut, end, said)
+    assert grammar.allows(whole, end, said)
 
 
 def test_a_reply_that_may_not_call_is_spoken_text_only(grammar, engine):
