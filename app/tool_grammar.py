@@ -22,6 +22,10 @@ Given what the conversation said (`app.heard.heard`), values also come from it:
 - a time or a day is one the caller or the agent said, those of the caller's latest message if it says any; a
   time is read both ways when it may be either ("three thirty": 03:30 or 15:30, app.spoken_times); an optional
   time or day nobody said is left out ("Anything free on Friday?").
+Spoken text, given what the conversation said, reads capitalized words back whole: inside a sentence, a
+capitalized word is one a message of the conversation holds (`Heard.speaks`: "You're all set, Samuel.", never
+"Samue" or "Ahmehmed"), and the turn does not end inside one. A call opens the reply (or follows another call),
+never after speech; no generated reply does either.
 The model still chooses every value; the grammar only rules out what the conversation never said. A call that
 had to be finished with a value nobody said (a required time, when none was) fails `Heard.grounds`, and the agent
 does not run it (app.agent.Agent.respond).
