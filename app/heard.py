@@ -133,7 +133,7 @@ class Heard:
         (`capitalized`): a name read back from a tool result is read back whole ("You're all set, Samuel.", never
         "Samue" or "Ahmehmed"); the last word, unfinished, the start of one. Words that open a sentence, and
         "I", are free."""
-        for match in _WORD.finditer(text, max(0, since - 40)):
+        for match in _WORD.finditer(text, text.rfind(" ", 0, since) + 1):  # from the word `since` falls in
             word = match.group()
             if match.end() < since or not word[0].isupper() or word in _FREE_CAPITALIZED or word in self.capitalized:
                 continue

@@ -242,8 +242,9 @@ class _PreferenceModel:
         for text in self.replies(messages):
             ids = self.tokenizer.encode(text, add_special_tokens=False).ids
             if allows is None or all(allows(ids[:k], ids[k]) for k in range(len(ids))):
-                for word in text.split(" ") if on_block is not None else ():  # streamed a word at a time
-                    on_block(word if text.endswith(word) else word + " ")
+                words = text.split(" ") if on_block is not None else []
+                for i, word in enumerate(words):  # streamed a word at a time
+                    on_block(word + (" " if i < len(words) - 1 else ""))
                 return FakeGeneration(text, 1, len(ids), 0.001, 0.001, "eos")
         raise AssertionError(f"the grammar refused every reply: {self.replies(messages)}")
 
@@ -326,7 +327,8 @@ def test_an_answer_to_the_agents_question_is_acted_on(engine, question, answer, 
     of it (a tool that takes a name), and nothing else is spoken."""
     profile = load_profile(None)
     toolbox = Toolbox(profile, open_store(":memory:"), now=lambda: datetime(2027, 1, 4, 9, 0))
-    welcome, call = "You're welcome!", '<tool_call>{"name":"list_appointments","arguments":{"name":"Jacob"}}</tool_call>'
+    welcome = "You're welcome!"
+    call = '<tool_call>{"name":"list_appointments","arguments":{"name":"Jacob"}}</tool_call>'
 
     def replies(messages):
         return ["Jacob, you have nothing booked."] if messages[-1]["role"] == "tool" else [welcome, call]
