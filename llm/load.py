@@ -234,15 +234,23 @@ def _dtype(dtype, config: dict) -> torch.dtype:
 
 
 def load(path, device=None, dtype=None) -> Engine:
-    """An Engine for the checkpoint directory at path (parley, llada or dream), on device in dtype.
+    """An Engine for the checkpoint directory at path (parley, llada or dream) or a .gguf file, on device in dtype.
 
     device defaults to cuda when available, else cpu; dtype (torch.dtype or name) to the checkpoint's torch_dtype.
     """
     path = Path(path)
+    if path.suffix == ".gguf":  # one llama.cpp file (llm.gguf); its gguf reader is imported only for one
+        from llm.gguf import load_gguf
+
+        return load_gguf(path, device, _dtype(dtype, {}))
     if not path.is_dir():
         raise CheckpointError(f"{path}: not a checkpoint directory")
     config_path = path / "config.json"
     config = read_json(config_path)
+    if config.get("model_type") == "parley-adapter":  # `parley adapt`'s LoRA on the SmolLM2 base (llm.adapt)
+        from llm.adapt import load_adapted
+
+        return load_adapted(path, device, dtype)
     family = model_family(config, config_path)
     args = model_args(family, config, config_path)
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
