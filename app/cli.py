@@ -12,6 +12,7 @@ COMMAND_MODULES = (
     "app.commands.mic",
     "app.commands.llm",
     "app.commands.train",
+    "app.commands.adapt",
     "app.commands.eval",
 )
 

@@ -6,6 +6,7 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_LLM_DIR = REPO_ROOT / "llm" / "weights" / "parley-frontdesk"
+SMOLLM2_ADAPTER_DIR = REPO_ROOT / "llm" / "weights" / "parley-smollm2"  # `parley adapt`'s LoRA on SmolLM2
 
 
 def _data_dir() -> Path:

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import torch
 
+from llm.blockdiff import BlockOptions
 from llm.engine import Engine
 from llm.generate import DecodeOptions, autoregressive_reply
 
@@ -24,6 +25,19 @@ class BenchOptions:
     steps: int = 8            # passes per block for the fixed-steps rows
     repeats: int = 5
     stop_at_eos: bool = True  # False: every method fills max_new_tokens
+
+
+def block_methods(opts: BenchOptions) -> list[tuple[str, BlockOptions | None]]:
+    """The rows for a left-to-right base adapted to block diffusion (llm.blockdiff): block sizes at the
+    threshold, and one token per pass (threshold 1: the base's own greedy text through the same sampler)."""
+    rows: list[tuple[str, BlockOptions | None]] = [(BASELINE, None)]
+    for block in (4, 8):
+        rows.append((f"block {block}, threshold {opts.threshold}", BlockOptions(
+            max_new_tokens=opts.max_new_tokens, block_length=block, threshold=opts.threshold,
+            stop_at_eos=opts.stop_at_eos)))
+    rows.append(("block 4, one token per pass", BlockOptions(max_new_tokens=opts.max_new_tokens, block_length=4,
+                                                             threshold=1.0, stop_at_eos=opts.stop_at_eos)))
+    return rows
 
 
 def methods(opts: BenchOptions, engine_shifted: bool = False) -> list[tuple[str, DecodeOptions | None]]:
@@ -62,7 +76,11 @@ def _autoregressive_run(engine: Engine, prompt_ids: list[int], read, opts: Bench
 def _run(engine: Engine, prompt_ids: list[int], read, decode: DecodeOptions | None, opts: BenchOptions) -> dict:
     if decode is None:
         return _autoregressive_run(engine, prompt_ids, read, opts)
-    gen = engine.generate_ids(prompt_ids, decode, read=read)
+    if isinstance(decode, BlockOptions):
+        engine.forget_prefix()  # every run pays its prefill, as the autoregressive row does
+        gen = engine.generate_blocks(prompt_ids, decode)
+    else:
+        gen = engine.generate_ids(prompt_ids, decode, read=read)
     return dict(passes=gen.passes, tokens=gen.tokens, seconds=gen.seconds, first_block_s=gen.first_block_s)
 
 
@@ -72,7 +90,8 @@ def run_bench(engine: Engine, messages: list[dict], opts: BenchOptions) -> list[
         raise ValueError(f"repeats={opts.repeats} must be >= 1")
     prompt_ids, read = engine.prompt_read(messages)  # read: a reader's features, for a model with one
     rows = []
-    for name, decode in methods(opts, engine.model.args.shift_logits):
+    rows_of = block_methods(opts) if engine.left_to_right else methods(opts, engine.model.args.shift_logits)
+    for name, decode in rows_of:
         _run(engine, prompt_ids, read, decode, opts)  # warm-up
         runs = [_run(engine, prompt_ids, read, decode, opts) for _ in range(opts.repeats)]
         med = {key: statistics.median(r[key] for r in runs) for key in runs[0]}

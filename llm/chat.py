@@ -5,7 +5,7 @@ each family does: Parley has its own `<|tool|>` turn; LLaDA's Llama 3 template u
 role for tool output); Qwen/Dream wrap tool output in `<tool_response>` inside a user turn, consecutive tool
 results sharing one turn.
 """
-STYLES = ("parley", "llada", "dream")
+STYLES = ("parley", "llada", "dream", "smollm")
 ROLES = ("system", "user", "assistant", "tool")
 
 # Parley's special tokens (exact strings; the tokenizer holds each as one added token).
@@ -14,7 +14,7 @@ PARLEY_ROLE_TOKENS = {role: f"<|{role}|>" for role in ROLES}
 PARLEY_SPECIAL_TOKENS = (PAD, MASK, END, *PARLEY_ROLE_TOKENS.values())
 
 # End-of-turn token string of each style (its id comes from the checkpoint's tokenizer).
-END_OF_TURN = {"parley": END, "llada": "<|eot_id|>", "dream": "<|im_end|>"}
+END_OF_TURN = {"parley": END, "llada": "<|eot_id|>", "dream": "<|im_end|>", "smollm": "<|im_end|>"}
 
 DREAM_DEFAULT_SYSTEM = "You are a helpful assistant."  # ChatML default when no system turn is given (Qwen2)
 
@@ -74,6 +74,13 @@ def render_chatml(messages: list[dict], add_generation_prompt: bool = True) -> s
     return "".join(parts)
 
 
+def render_smollm(messages: list[dict], add_generation_prompt: bool = True) -> str:
+    """ChatML as SmolLM2 has it, with tool results in a `tool` turn of their own (Parley's adapter is trained
+    on that) and no default system turn: `<|im_start|>ROLE\ncontent<|im_end|>\n`."""
+    text = "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in messages)
+    return text + ("<|im_start|>assistant\n" if add_generation_prompt else "")
+
+
 def render(messages: list[dict], style: str, add_generation_prompt: bool = True, bos_token: str | None = None) -> str:
     """The conversation as the prompt text of `style` (parley, llada or dream); ends with the assistant header."""
     _check(messages)
@@ -83,4 +90,6 @@ def render(messages: list[dict], style: str, add_generation_prompt: bool = True,
         return render_llada(messages, add_generation_prompt, bos_token)
     if style == "dream":
         return render_chatml(messages, add_generation_prompt)
+    if style == "smollm":
+        return render_smollm(messages, add_generation_prompt)
     raise ValueError(f"chat style {style!r}: choose one of {', '.join(STYLES)}")

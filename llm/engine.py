@@ -9,6 +9,7 @@ import torch
 from tokenizers import Tokenizer
 
 from llm import chat
+from llm.blockdiff import BlockOptions, Matcher, PrefixCache, block_reply
 from llm.drafter import Drafter
 from llm.generate import DecodeOptions, ModelDenoiser, SpecialIds, TokenFilter, denoise_reply, left_reply
 from llm.model import Transformer
@@ -49,6 +50,31 @@ class TextStream:
         return piece
 
 
+class _Streamed:
+    """One generation's text stream and clock: `settled(ids)` hands each block's new text to on_block, and
+    `finish(decoded)` flushes a held-back character and makes the Generation."""
+
+    def __init__(self, tokenizer: Tokenizer, on_block: Callable[[str], None] | None):
+        self.stream, self.on_block = TextStream(tokenizer), on_block
+        self.start, self.first_block_s = time.perf_counter(), None
+
+    def settled(self, ids: list[int]) -> None:
+        piece = self.stream.push(ids)
+        if self.first_block_s is None:
+            self.first_block_s = time.perf_counter() - self.start
+        if self.on_block is not None and piece:
+            self.on_block(piece)
+
+    def finish(self, decoded) -> Generation:
+        tail = self.stream.push([], final=True)  # a held-back partial character, if the reply ended on one
+        if self.on_block is not None and tail:
+            self.on_block(tail)
+        seconds = time.perf_counter() - self.start
+        return Generation(text=self.stream.text, passes=decoded.passes, tokens=len(decoded.tokens), seconds=seconds,
+                          first_block_s=seconds if self.first_block_s is None else self.first_block_s,
+                          stopped=decoded.stopped)
+
+
 def _cache_mode(use_cache) -> str:
     if use_cache is True:
         return "prefix"
@@ -61,7 +87,8 @@ class Engine:
     """A diffusion LM ready to chat: `generate(messages)` writes the assistant's reply."""
 
     def __init__(self, model: Transformer, tokenizer: Tokenizer, chat_style: str, special: SpecialIds,
-                 bos_token: str | None = None, drafter: Drafter | None = None, reader=None):
+                 bos_token: str | None = None, drafter: Drafter | None = None, reader=None,
+                 left_to_right: bool = False):
         if chat_style not in chat.STYLES:
             raise ValueError(f"chat_style {chat_style!r}: choose one of {', '.join(chat.STYLES)}")
         self.model = model.eval()
@@ -76,10 +103,17 @@ class Engine:
             raise ValueError(f"a model with reader_dim={model.args.reader_dim} needs a reader, and only such a model")
         weight = model.transformer.wte.weight
         self.device, self.dtype = weight.device, weight.dtype
+        # a model pretrained left to right (SmolLM2): block diffusion with causal attention is its decoder
+        self.left_to_right = left_to_right
+        self._prefix: PrefixCache | None = None  # cache="block": the last prompt's exact KV cache, reused
 
     def prompt_ids(self, messages: list[dict]) -> list[int]:
         """The conversation in this model's chat format, tokenized, ending with the assistant header."""
         return self._encode(messages).ids
+
+    def fits(self, messages: list[dict], max_new_tokens: int) -> bool:
+        """Whether messages and a reply of max_new_tokens fit the model's context."""
+        return len(self.prompt_ids(messages)) + max_new_tokens <= self.model.args.max_sequence_length
 
     def _encode(self, messages: list[dict]):
         text = chat.render(messages, self.chat_style, add_generation_prompt=True, bos_token=self.bos_token)
@@ -99,14 +133,22 @@ class Engine:
                  threshold: float = 0.9, steps: int | None = None, temperature: float = 0.0,
                  on_block: Callable[[str], None] | None = None, cancel: threading.Event | None = None,
                  use_cache: bool | str = True, seed: int | None = None, stop_at_eos: bool = True,
-                 allows: TokenFilter | None = None) -> Generation:
+                 allows: TokenFilter | None = None, matcher: Matcher | None = None) -> Generation:
         """The assistant's reply to messages; on_block(text) gets each block's new text as soon as it settles.
 
         use_cache: True/"prefix" (Fast-dLLM prefix cache), "dual" (prefix and suffix), False/"none", or "left"
         (greedy, left to right, exact for left-context-trained models; see llm.generate.left_reply).
         allows: a grammar for the reply (app.tool_grammar), with use_cache="left" only: a token is committed left
         to right, so the text before it is settled when the grammar judges it.
+        use_cache="block": block diffusion on a left-to-right model with an exact, reused KV cache
+        (llm.blockdiff); matcher: the reply grammar's state (app.schema_grammar), which judges every commit.
         """
+        if use_cache == "block":
+            return self.generate_blocks(self.prompt_ids(messages), BlockOptions(
+                max_new_tokens=max_new_tokens, block_length=block_length, threshold=threshold,
+                stop_at_eos=stop_at_eos), on_block=on_block, cancel=cancel, matcher=matcher)
+        if matcher is not None:
+            raise ValueError(f"a reply grammar's matcher needs use_cache='block', not {use_cache!r}")
         opts = DecodeOptions(max_new_tokens=max_new_tokens, block_length=block_length, threshold=threshold,
                              steps=steps, temperature=temperature, cache=_cache_mode(use_cache),
                              stop_at_eos=stop_at_eos)
@@ -115,6 +157,26 @@ class Engine:
         reading = time.perf_counter() - start  # the reader's time is the LLM's: it counts in the turn
         gen = self.generate_ids(ids, opts, on_block=on_block, cancel=cancel, seed=seed, allows=allows, read=read)
         return dataclasses.replace(gen, seconds=gen.seconds + reading, first_block_s=gen.first_block_s + reading)
+
+    def forget_prefix(self) -> None:
+        """Drop the reused KV cache: the next block generation prefills its whole prompt."""
+        if self._prefix is not None:
+            self._prefix.ids.clear()
+
+    @torch.inference_mode()
+    def generate_blocks(self, prompt_ids: list[int], opts: BlockOptions, on_block=None, cancel=None,
+                        matcher: Matcher | None = None) -> Generation:
+        """generate(use_cache="block") on an already tokenized prompt."""
+        limit = self.model.args.max_sequence_length
+        if len(prompt_ids) + opts.max_new_tokens > limit:
+            raise ValueError(f"prompt of {len(prompt_ids)} tokens + max_new_tokens={opts.max_new_tokens} exceeds "
+                             f"the model's max_sequence_length={limit}")
+        if self._prefix is None:
+            self._prefix = PrefixCache(self.model.new_cache(1, limit))
+        streamed = _Streamed(self.tokenizer, on_block)
+        decoded = block_reply(self.model, prompt_ids, self.special, opts, self._prefix, on_block=streamed.settled,
+                              cancel=cancel, matcher=matcher)
+        return streamed.finish(decoded)
 
     @torch.inference_mode()
     def generate_ids(self, prompt_ids: list[int], opts: DecodeOptions, on_block=None, cancel=None,
@@ -129,34 +191,17 @@ class Engine:
         if len(prompt_ids) + opts.max_new_tokens > limit:
             raise ValueError(f"prompt of {len(prompt_ids)} tokens + max_new_tokens={opts.max_new_tokens} exceeds "
                              f"the model's max_sequence_length={limit}")
-        start = time.perf_counter()
-        first_block_s = None
-        stream = TextStream(self.tokenizer)
-
-        def settled(ids: list[int]) -> None:
-            nonlocal first_block_s
-            piece = stream.push(ids)
-            if first_block_s is None:
-                first_block_s = time.perf_counter() - start
-            if on_block is not None and piece:
-                on_block(piece)
-
+        streamed = _Streamed(self.tokenizer, on_block)
         generator = None
         if seed is not None:
             generator = torch.Generator(device=self.device).manual_seed(seed)
         prompt = torch.tensor(prompt_ids, dtype=torch.long, device=self.device)
         if opts.cache == "left":
-            decoded = left_reply(self.model, prompt, self.special, opts, self.drafter, on_block=settled, cancel=cancel,
-                                 allows=allows, read=read)
+            decoded = left_reply(self.model, prompt, self.special, opts, self.drafter, on_block=streamed.settled,
+                                 cancel=cancel, allows=allows, read=read)
         else:
             denoise = ModelDenoiser(self.model, len(prompt_ids) + opts.max_new_tokens, opts.cache, opts.refresh_passes,
                                     prompt_len=len(prompt_ids), read=read)
-            decoded = denoise_reply(denoise, prompt, self.special, opts, on_block=settled, cancel=cancel,
+            decoded = denoise_reply(denoise, prompt, self.special, opts, on_block=streamed.settled, cancel=cancel,
                                     generator=generator)
-        tail = stream.push([], final=True)  # a held-back partial character, if the reply ended on one
-        if on_block is not None and tail:
-            on_block(tail)
-        seconds = time.perf_counter() - start
-        return Generation(text=stream.text, passes=decoded.passes, tokens=len(decoded.tokens), seconds=seconds,
-                          first_block_s=seconds if first_block_s is None else first_block_s,
-                          stopped=decoded.stopped)
+        return streamed.finish(decoded)

@@ -264,10 +264,10 @@ class Transformer(nn.Module):
         return x
 
     def trunk_masked(self, ids, positions, allowed, past: KVCache | None = None, past_len: int = 0, read=None,
-                     rows: int | None = None):
+                     rows: int | None = None, embeds: torch.Tensor | None = None):
         """The trunk with an explicit attention mask, for layouts no cache mode covers (training's left-context
         sequences, the left sampler's verification passes). Leaves the first past_len positions of `past` as
-        they are.
+        they are. embeds (B, T, d_model): the input embeddings, when the caller made them (a trained mask row).
 
         ids, positions (B, T); the keys are the first past_len positions of `past`, then this chunk's T tokens;
         allowed (B, T, past_len + T) bool, True = attend. -> (residual (B, T, d_model), [(k, v) (B, Hkv, T, D)
@@ -279,7 +279,7 @@ class Transformer(nn.Module):
         a = self.args
         cos, sin = self.rope_cos[positions][:, None], self.rope_sin[positions][:, None]  # (B, 1, T, D)
         groups = a.n_heads // a.n_kv_heads
-        x = self.embed(ids, read)  # (B, T, d_model)
+        x = self.embed(ids, read) if embeds is None else embeds  # (B, T, d_model)
         chunk_kv = []
         for i, block in enumerate(self.transformer.blocks):
             q, k, v = block.project(block.attn_norm(x))

@@ -7,15 +7,16 @@ from pathlib import Path
 
 
 def _add_model_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", metavar="DIR", help="parley, LLaDA or Dream checkpoint directory "
+    p.add_argument("--model", metavar="DIR", help="parley, LLaDA or Dream checkpoint directory, adapter or .gguf "
                                                   "(default: PARLEY_LLM_MODEL, else the embedded model)")
     p.add_argument("--device", help="cpu or cuda (default: cuda when available)")
-    p.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), help="default: the checkpoint's")
+    p.add_argument("--dtype", choices=("float32", "bfloat16", "float16", "int8"),
+                   help="default: the checkpoint's (int8: CPU weights of an adapter, llm.quant)")
     p.add_argument("--threads", type=int, help="torch CPU threads (1 is fastest for small models on busy CPUs)")
     p.add_argument("--system", default=None, help="system prompt")
     p.add_argument("--prompt", default="Hi! What time do you open tomorrow?", help="the user's message")
     p.add_argument("--max-new-tokens", type=int, default=96)
-    p.add_argument("--block-length", type=int, default=32)
+    p.add_argument("--block-length", type=int, help="default: 4 for a left-to-right base (block diffusion), else 32")
     p.add_argument("--threshold", type=float, default=0.9, help="commit tokens at least this confident")
 
 
@@ -27,7 +28,8 @@ def register(subparsers) -> None:
     _add_model_flags(gen)
     gen.add_argument("--steps", type=int, help="fixed passes per block instead of --threshold")
     gen.add_argument("--temperature", type=float, default=0.0)
-    gen.add_argument("--cache", choices=("prefix", "dual", "none"), default="prefix", help="KV cache mode")
+    gen.add_argument("--cache", choices=("prefix", "dual", "none", "block"),
+                     help="KV cache mode (default: block for a left-to-right base such as SmolLM2, else prefix)")
     gen.add_argument("--seed", type=int)
     gen.set_defaults(func=run_generate)
 
@@ -65,14 +67,20 @@ def _load(args):
         return None
 
 
+def _block_length(args, engine) -> int:
+    return args.block_length or (4 if engine.left_to_right else 32)
+
+
 def run_generate(args) -> int:
     engine = _load(args)
     if engine is None:
         return 2
+    cache = args.cache or ("block" if engine.left_to_right else "prefix")
+    extra = {} if cache == "block" else dict(steps=args.steps, temperature=args.temperature, seed=args.seed)
     try:
-        gen = engine.generate(_messages(args), max_new_tokens=args.max_new_tokens, block_length=args.block_length,
-                              threshold=args.threshold, steps=args.steps, temperature=args.temperature,
-                              use_cache=args.cache, seed=args.seed,
+        gen = engine.generate(_messages(args), max_new_tokens=args.max_new_tokens,
+                              block_length=_block_length(args, engine), threshold=args.threshold, use_cache=cache,
+                              **extra,
                               on_block=lambda text: print(text, end="", flush=True))
     except ValueError as exc:
         print(f"parley llm: {exc}", file=sys.stderr)
@@ -92,7 +100,7 @@ def run_bench(args) -> int:
     engine = _load(args)
     if engine is None:
         return 2
-    opts = BenchOptions(max_new_tokens=args.max_new_tokens, block_length=args.block_length,
+    opts = BenchOptions(max_new_tokens=args.max_new_tokens, block_length=_block_length(args, engine),
                         threshold=args.threshold, steps=args.steps, repeats=args.repeats,
                         stop_at_eos=not args.ignore_eos)
     try:

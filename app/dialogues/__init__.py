@@ -110,3 +110,29 @@ def cases(dialogues: list[Dialogue]) -> list[Case]:
             out.append(Case(d.now, d.snapshots[k], d.messages[:i], d.messages[i]["content"], d.intents[k],
                             calls, results, reply))
     return out
+
+
+def token_examples(dialogues: list[Dialogue], system: str, encode, style: str, end_of_turn: str):
+    """Each dialogue as one llm.adapt.Example: its tokens in chat `style` (system message first) and the token
+    span of every assistant reply, end-of-turn token included. `encode(text) -> ids` is the engine's tokenizer;
+    a span is found by encoding the conversation up to the reply's header and up to its end, so the tokens are
+    exactly those the agent's prompt would have."""
+    from llm import chat
+    from llm.adapt import Example
+
+    out = []
+    for d in dialogues:
+        messages = [{"role": "system", "content": system}] + d.messages
+        ids = encode(chat.render(messages, style, add_generation_prompt=False))
+        spans = []
+        for i, m in enumerate(messages):
+            if m["role"] != "assistant":
+                continue
+            head = encode(chat.render(messages[:i], style, add_generation_prompt=True))
+            upto = chat.render(messages[:i + 1], style, add_generation_prompt=False)
+            reply = encode(upto[:upto.rindex(end_of_turn) + len(end_of_turn)])  # ends with the end-of-turn token
+            if ids[:len(reply)] != reply or reply[:len(head)] != head:
+                raise ValueError(f"reply {i} of a dialogue does not tokenize as a prefix of the whole")
+            spans.append((len(head), len(reply)))
+        out.append(Example(ids, spans))
+    return out

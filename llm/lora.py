@@ -1,0 +1,75 @@
+"""LoRA (Hu et al. 2021): a frozen base adapted by low-rank updates W + (alpha / r) B A, merged for inference.
+
+An adapter is a dict of tensors: `{linear name}.lora_a` (r, in) and `.lora_b` (out, r) for each adapted linear,
+and `mask_embedding` (d_model,), the trained embedding row of the mask token that block diffusion adds.
+"""
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from llm.model import Transformer
+
+# every projection of a block: attention and SwiGLU
+TARGETS = ("q_proj", "k_proj", "v_proj", "attn_out", "ff_proj", "up_proj", "ff_out")
+
+
+class LoRALinear(nn.Module):
+    """A frozen linear plus a trainable low-rank update (B starts at zero: the model starts as the base)."""
+
+    def __init__(self, base: nn.Linear, rank: int, alpha: float, generator: torch.Generator | None = None):
+        super().__init__()
+        self.base = base
+        self.scale = alpha / rank
+        self.lora_a = nn.Parameter(torch.empty(rank, base.in_features))
+        self.lora_b = nn.Parameter(torch.zeros(base.out_features, rank))
+        with torch.no_grad():
+            bound = 1 / math.sqrt(base.in_features)  # nn.Linear's default (kaiming uniform, a = sqrt(5))
+            self.lora_a.uniform_(-bound, bound, generator=generator)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.base(x) + F.linear(F.linear(x, self.lora_a.to(x.dtype)), self.lora_b.to(x.dtype)) * self.scale
+
+
+def add_lora(model: Transformer, rank: int, alpha: float, seed: int = 0) -> list[nn.Parameter]:
+    """Freeze model and wrap every TARGETS linear of every block in a LoRALinear -> the trainable parameters."""
+    generator = torch.Generator().manual_seed(seed)
+    for p in model.parameters():
+        p.requires_grad_(False)
+    trainable = []
+    for block in model.transformer.blocks:
+        for name in TARGETS:
+            wrapped = LoRALinear(getattr(block, name), rank, alpha, generator)
+            setattr(block, name, wrapped)
+            trainable += [wrapped.lora_a, wrapped.lora_b]
+    return trainable
+
+
+def adapter_state(model: Transformer) -> dict[str, torch.Tensor]:
+    """The LoRA tensors of a model wrapped by add_lora, by `transformer.blocks.{i}.{name}`."""
+    return {name: p.detach().clone() for name, p in model.named_parameters() if ".lora_" in name}
+
+
+def merge(model: Transformer, adapter: dict[str, torch.Tensor], alpha_over_rank: float) -> None:
+    """Add each adapted linear's update (alpha / r) B A into the plain model's weights, in place."""
+    params = dict(model.named_parameters())
+    pairs = {name.rsplit(".", 1)[0] for name in adapter if name.endswith(".lora_a")}
+    for prefix in sorted(pairs):
+        a, b = adapter[f"{prefix}.lora_a"], adapter[f"{prefix}.lora_b"]
+        weight = params.get(prefix.replace(".base", "") + ".weight")
+        if weight is None:
+            raise ValueError(f"the adapter adapts {prefix}, which this model does not have")
+        if weight.shape != (b.shape[0], a.shape[1]):
+            raise ValueError(f"the adapter's {prefix} is {b.shape[0]}x{a.shape[1]}, the model's {tuple(weight.shape)}")
+        with torch.no_grad():
+            weight += (alpha_over_rank * (b.float() @ a.float())).to(weight.dtype)
+
+
+def unwrap(model: Transformer) -> None:
+    """Undo add_lora after merging: each LoRALinear goes back to its (merged) base linear."""
+    for block in model.transformer.blocks:
+        for name in TARGETS:
+            module = getattr(block, name)
+            if isinstance(module, LoRALinear):
+                setattr(block, name, module.base)

@@ -1,0 +1,133 @@
+"""Block diffusion on a left-to-right model (llm.blockdiff) and its LoRA adaptation (llm.lora, llm.adapt), on
+tiny random models: the sampler's attention is the one training teaches, one token per pass is exactly greedy
+left-to-right decoding, and the prefix cache changes nothing but the cost."""
+import torch
+
+from llm import lora
+from llm.adapt import AdaptOptions, Example, adapt, apply_adapter
+from llm.blockdiff import BlockOptions, PrefixCache, _pass, block_batch, block_reply, packed_loss
+from llm.generate import SpecialIds, autoregressive_reply
+from llm.model import ModelArgs, Transformer
+
+MASK, STOP = 63, 1
+SPECIAL = SpecialIds(mask=MASK, stop=(STOP,))
+
+
+def tiny(seed=0) -> Transformer:
+    torch.manual_seed(seed)
+    args = ModelArgs(d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, mlp_hidden_size=64, vocab_size=64,
+                     rope_theta=10000.0, max_sequence_length=256, weight_tying=True, shift_logits=True)
+    model = Transformer(args)
+    model.init_weights(std=0.3)  # peaked logits: confident choices, so several commit per pass
+    return model.eval()
+
+
+def prompt(n=20, seed=1) -> list[int]:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(2, 60, (n,), generator=g).tolist()
+
+
+@torch.no_grad()
+def test_one_token_per_pass_is_greedy_left_to_right():
+    model = tiny()
+    ids = prompt()
+    ar = autoregressive_reply(model, torch.tensor(ids), SPECIAL, 24, stop_at_eos=False)
+    prefix = PrefixCache(model.new_cache(1, 256))
+    for block_length in (1, 3, 8):
+        out = block_reply(model, ids, SPECIAL, BlockOptions(max_new_tokens=24, block_length=block_length,
+                                                            threshold=1.0, stop_at_eos=False), prefix)
+        assert out.tokens == ar.tokens  # threshold 1: only the first masked position commits, exactly greedy
+
+
+@torch.no_grad()
+def test_prefix_cache_reuse_changes_nothing_but_cost():
+    model = tiny()
+    ids = prompt(30)
+    opts = BlockOptions(max_new_tokens=16, block_length=4, threshold=0.5, stop_at_eos=False)
+    cold = block_reply(model, ids, SPECIAL, opts, PrefixCache(model.new_cache(1, 256)))
+    prefix = PrefixCache(model.new_cache(1, 256))
+    block_reply(model, ids[:25] + [5, 6, 7], SPECIAL, opts, prefix)  # leaves the cache holding a shared prefix
+    assert prefix.reuse(ids) == 25
+    warm = block_reply(model, ids, SPECIAL, opts, prefix)
+    assert warm.tokens == cold.tokens
+
+
+@torch.no_grad()
+def test_training_attention_is_the_samplers():
+    """The logits training computes for a block's noisy copy equal the sampler's for the same canvas."""
+    model = tiny()
+    ids = prompt(24)
+    spans = [(10, 18)]  # one reply of 8 tokens: blocks [10, 14) and [14, 18)
+    packed = block_batch(ids, spans, 4, MASK, torch.Generator().manual_seed(3), ar_weight=0.5)
+    hidden, _ = model.trunk_masked(packed.ids[None], packed.positions[None], packed.allowed[None])
+    n = len(ids)
+    for k, b0 in enumerate((10, 14)):
+        canvas = packed.ids[n + 4 * k:n + 4 * k + 4]
+        cache = model.new_cache(1, 256)
+        got = _pass(model, cache, 0, torch.tensor(ids[:b0]), canvas)  # the prompt (clean) then the canvas
+        torch.testing.assert_close(got[b0:], hidden[0, n + 4 * k:n + 4 * k + 4], atol=1e-5, rtol=1e-4)
+        torch.testing.assert_close(got[:b0], hidden[0, :b0], atol=1e-5, rtol=1e-4)
+    # targets: the clean stream predicts each reply token; a copy row predicts the masked token after it
+    rows = (packed.weights > 0).nonzero()[:, 0]
+    assert all(packed.targets[r] >= 0 for r in rows)
+    assert packed.targets[9] == ids[10] and packed.weights[9] == 1.0  # a block's first token, from the clean row
+
+
+def test_lora_starts_as_the_base_and_merges_exactly():
+    model = tiny()
+    ids = torch.tensor([prompt(12)])
+    with torch.no_grad():
+        base = model(ids)
+    lora.add_lora(model, rank=4, alpha=8.0, seed=0)
+    with torch.no_grad():
+        torch.testing.assert_close(model(ids), base)  # B starts at zero
+        for name, p in model.named_parameters():
+            if name.endswith("lora_b"):
+                p.normal_(std=0.05)
+        wrapped = model(ids)
+    adapter = lora.adapter_state(model)
+    lora.unwrap(model)
+    with torch.no_grad():
+        lora.merge(model, adapter, 8.0 / 4)
+        torch.testing.assert_close(model(ids), wrapped, atol=1e-5, rtol=1e-4)
+
+
+def test_adapt_lowers_the_loss_and_is_deterministic():
+    def run():
+        model = tiny()
+        ids = prompt(40, seed=5)
+        examples = [Example(ids, [(20, 30), (34, 40)])]
+        losses = []
+        opts = AdaptOptions(steps=12, batch_size=1, lr=1e-2, warmup_steps=1, rank=4, alpha=8.0, threads=1)
+        adapter = adapt(model, examples, MASK, opts, on_step=lambda step, loss, s: losses.append(loss))
+        return losses, adapter
+
+    first, adapter = run()
+    second, _ = run()
+    assert first == second
+    assert min(first[-3:]) < first[0]
+    model = tiny()
+    apply_adapter(model, adapter, 2.0, MASK)
+    assert torch.equal(model.transformer.wte.weight[MASK], adapter["mask_embedding"])
+
+
+def test_packed_loss_pads_without_changing_a_sequence():
+    model = tiny()
+    g = torch.Generator().manual_seed(0)
+    a = block_batch(prompt(20, 1), [(12, 20)], 4, MASK, g)
+    b = block_batch(prompt(30, 2), [(12, 30)], 4, MASK, g)
+    with torch.no_grad():
+        alone = packed_loss(model, [a])
+        both = packed_loss(model, [a, b])
+        torch.testing.assert_close(packed_loss(model, [a, a]), alone)
+    assert both.item() != alone.item()
+
+
+def test_a_shared_prefix_run_once_gives_the_same_loss():
+    model = tiny()
+    g = torch.Generator().manual_seed(0)
+    head = prompt(10, 7)
+    a = block_batch(head + prompt(14, 1), [(16, 24)], 4, MASK, g)
+    b = block_batch(head + prompt(20, 2), [(14, 30)], 4, MASK, g)
+    with torch.no_grad():
+        torch.testing.assert_close(packed_loss(model, [a, b], prefix_len=10), packed_loss(model, [a, b]))
