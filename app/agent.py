@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Callable
 
 from app.heard import asked_for, asks_again, details_in, heard
+from app.said import narrowed, settle
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +92,8 @@ DECODE_FIELDS = ("max_new_tokens", "block_length", "threshold", "cache")
 def agent_options_for(model_dir) -> AgentOptions:
     """AgentOptions with the checkpoint's own decoding preferences (generation_config.json: max_new_tokens,
     block_length, threshold, cache) applied; a checkpoint without them gets the defaults."""
+    if Path(model_dir).suffix == ".gguf":  # a left-to-right base read from one file: block decoding (llm.blockdiff)
+        return dataclasses.replace(AgentOptions(), cache="block", block_length=4)
     path = Path(model_dir) / "generation_config.json"
     try:
         prefs = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
@@ -203,17 +206,29 @@ class Agent:
         self._lock = threading.Lock()    # respond and truncate_last_reply come from different threads
 
     def prompt(self) -> list[dict]:
-        """The messages the model sees: system prompt, then the last `max_history_turns` user turns."""
+        """The messages the model sees: system prompt, then the last `max_history_turns` user turns, fewer when
+        they would not fit the model's context with a reply (a call of any length never outgrows it)."""
         user_idx = [i for i, m in enumerate(self.messages) if m["role"] == "user"]
-        start = user_idx[-self.options.max_history_turns] if len(user_idx) > self.options.max_history_turns else 0
+        keep = self.options.max_history_turns
+        starts = user_idx[-keep:] if len(user_idx) > keep else [0] + user_idx[1:]
         system = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
-        return system + self.messages[start:]
+        fits = getattr(self.engine, "fits", None)
+        for start in starts:
+            messages = system + self.messages[start:]
+            if fits is None or fits(messages, self.options.max_new_tokens):
+                return messages
+        return messages  # the last user turn alone: the engine says why it does not fit
 
     def _generate(self, messages: list[dict], on_block=None, cancel: threading.Event | None = None,
                   call: bool | None = None, tools: tuple[str, ...] = ()):
         """The model's next message; with the tools' grammar, its tool calls are held to it. call=None: it may
         make a call; False: none; True: it must begin with a call of one of `tools`."""
         opts = self.options
+        if opts.cache == "block":  # the embedded SmolLM2 brain: its calls are held to the tools' schemas
+            replies = self._reply_grammar(messages, speech_only=call is False)
+            return self.engine.generate(messages, max_new_tokens=opts.max_new_tokens, block_length=opts.block_length,
+                                        threshold=opts.threshold, use_cache="block", on_block=on_block,
+                                        cancel=cancel, matcher=None if replies is None else replies.start())
         grammar = self._grammar()
         extra = {}
         said = None if grammar is None else heard(messages, self.toolbox.profile)
@@ -228,9 +243,21 @@ class Agent:
                                     threshold=opts.threshold, use_cache=opts.cache, on_block=on_block, cancel=cancel,
                                     **extra)
 
+    def _settled(self, calls: list[tuple[str, dict]], spoken: str) -> tuple[list[tuple[str, dict]], str]:
+        """With the embedded brain, each call less the optional arguments nobody said (app.said.settle)."""
+        if self.options.cache != "block":
+            return calls, spoken
+        messages, schemas = self.prompt(), self.toolbox.schemas()
+        return [(name, settle(name, arguments, schemas, messages, self.toolbox.profile)[0] if name else arguments)
+                for name, arguments in calls], spoken
+
     def _grounded(self, calls: list[tuple[str, dict]]) -> bool:
         """Did the conversation give every day, time, service and name of these calls (Heard.grounds)?
         Always, without the grammar (a big checkpoint's calls run as written)."""
+        if self.options.cache == "block":  # the schema's x-said arguments, one rule for every tool (app.said)
+            messages, schemas = self.prompt(), self.toolbox.schemas()
+            return not any(name and settle(name, arguments, schemas, messages, self.toolbox.profile)[1]
+                           for name, arguments in calls)
         if self._grammar() is None:
             return True
         said = heard(self.prompt(), self.toolbox.profile)
@@ -254,6 +281,17 @@ class Agent:
         answered = bool(asked & given)
         return (lambda sentence: not asks_again(sentence, given)
                 and not (answered and not sentence.rstrip().endswith("?"))), tools
+
+    def _reply_grammar(self, messages: list[dict], speech_only: bool = False):
+        """The reply grammar of this engine's tokenizer and these tools (app.schema_grammar) for `messages`: clock
+        times held to those said (app.said.narrowed); speech_only: a reply that makes no call."""
+        tokenizer = getattr(self.engine, "tokenizer", None)
+        if not self.options.tool_grammar or tokenizer is None:
+            return None
+        from app.schema_grammar import grammar_for
+
+        schemas = [] if speech_only else narrowed(self.toolbox.schemas(), messages)
+        return grammar_for(tokenizer, schemas, self.engine.special.stop, self.engine.model.args.vocab_size)
 
     def _grammar(self):
         """The tools' grammar for this engine's vocabulary, when the options ask for it and decoding allows it."""
@@ -292,7 +330,7 @@ class Agent:
                 gen = self._generate(self.prompt(), on_block=speech.feed, cancel=cancel)
             speech.finish()
             turn.count(gen)
-            calls, spoken = parse_tool_calls(gen.text)
+            calls, spoken = self._settled(*parse_tool_calls(gen.text))
             if calls and not spoken and gen.stopped != "cancelled" and not self._grounded(calls):
                 # the model filled in a detail nobody gave (a time, a service): it asks for it instead
                 gen = self._generate(self.prompt(), on_block=speech.feed, cancel=cancel, call=False)
@@ -317,8 +355,11 @@ class Agent:
                     if spoken:
                         self.messages.append({"role": "assistant", "content": spoken})
                 return turn
+            written = gen.text.strip()
+            if self.options.cache == "block" and calls and all(name for name, _ in calls) and not spoken:
+                written = "".join(format_tool_call(name, arguments) for name, arguments in calls)  # as run
             with self._lock:
-                self.messages.append({"role": "assistant", "content": gen.text.strip()})
+                self.messages.append({"role": "assistant", "content": written})
             if not calls:
                 return turn
             for name, arguments in calls:

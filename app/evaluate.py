@@ -79,6 +79,9 @@ class _Timed:
         self.chat_style = engine.chat_style
         self.tokenizer = getattr(engine, "tokenizer", None)  # for the tools' grammar (app.tool_grammar)
 
+    def __getattr__(self, name):  # special ids, model: what the agent reads of its engine
+        return getattr(self.engine, name)
+
     def generate(self, messages, **kwargs):
         gen = self.engine.generate(messages, **kwargs)
         self.seconds.append(gen.seconds)

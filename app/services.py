@@ -1,5 +1,6 @@
 """The models and tools, loaded once per process and shared by every session."""
 import logging
+import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -59,7 +60,9 @@ class Services:
         self.asr.transcribe(np.zeros(16_000, dtype=np.int16))
         self.tts.synthesize("Hello.")
         opts = self.agent_options  # the agent's own decoding path (cache mode, block length), a short canvas
-        self.engine.generate([{"role": "user", "content": "hello"}], max_new_tokens=max(opts.block_length, 8),
+        # with the system prompt: a reused cache (cache "block") then holds it before the first call
+        system = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
+        self.engine.generate(system + [{"role": "user", "content": "hello"}], max_new_tokens=max(opts.block_length, 8),
                              block_length=opts.block_length, threshold=opts.threshold, use_cache=opts.cache)
         self.ready = True
         log.info("models warm in %.1f s", time.perf_counter() - t0)
@@ -75,5 +78,16 @@ SMALL_MODEL_PARAMS = 100_000_000
 
 
 def _size_cpu_threads(engine) -> None:
-    if engine.device.type == "cpu" and sum(p.numel() for p in engine.model.parameters()) < SMALL_MODEL_PARAMS:
+    """The LLM's torch threads, for a process that also runs ASR (CTranslate2) and TTS (onnxruntime) pools.
+
+    NOTE: SmolLM2-135M on 2 AVX2 cores: a pass over 4 new positions took 123 ms on one thread and 118 ms on two
+    (a 300-token prefill 1.7 s against 0.8 s), and two busy pools on 2 cores make OpenMP spin (a decode step
+    measured 39 ms on one thread, 725 ms on two while another process used a core). So the LLM leaves a core
+    to speech: one thread on 2 cores, all but one on more.
+    """
+    if engine.device.type != "cpu":
+        return
+    if sum(p.numel() for p in engine.model.parameters()) < SMALL_MODEL_PARAMS:
         torch.set_num_threads(1)
+    else:
+        torch.set_num_threads(max(1, (os.cpu_count() or 2) - 1))

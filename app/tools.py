@@ -10,6 +10,7 @@ from datetime import date, datetime, time, timedelta
 from typing import Callable
 
 from app.profile import WEEKDAYS, Profile, Service, load_profile  # noqa: F401 (re-exported for app.services)
+from app.said import CLOCK_PATTERN, SAID
 from app.store import Appointment, Store, open_store  # noqa: F401
 
 DAYS = ("today", "tomorrow") + WEEKDAYS
@@ -17,28 +18,29 @@ TOPICS = ("hours", "address", "phone", "services", "prices")
 SLOT_MIN = 30  # availability is offered on this grid, in minutes
 _TIME_RE = re.compile(r"^(\d{1,2})(?::(\d{2}))?\s*([ap])?\.?\s*m?\.?$")
 
-_S = {"type": "string"}
+# SAID: an argument the caller must have said (app.said checks it against the conversation, for every tool)
+_SAID = {"type": "string", SAID: True}
 SCHEMAS = [
     {"name": "business_info", "description": "Opening hours, address, phone, services or prices of the business.",
      "parameters": {"type": "object", "properties": {
          "topic": {"type": "string", "enum": list(TOPICS)},
-         "day": {"type": "string", "enum": list(DAYS), "description": "for hours on one day"},
-         "service": {"type": "string", "description": "for the price of one service"}},
+         "day": {"type": "string", "enum": list(DAYS), "description": "for hours on one day", SAID: True},
+         "service": {"type": "string", "description": "for the price of one service", SAID: True}},
          "required": ["topic"]}},
     {"name": "check_availability", "description": "Free times on a day, or whether one time is free.",
      "parameters": {"type": "object", "properties": {
-         "day": {"type": "string", "enum": list(DAYS)},
-         "time": {"type": "string", "description": "HH:MM, 24-hour clock"}}, "required": ["day"]}},
+         "day": {"type": "string", "enum": list(DAYS), SAID: True},
+         "time": {"type": "string", "description": "HH:MM, 24-hour clock", "pattern": CLOCK_PATTERN, SAID: True}}, "required": ["day"]}},
     {"name": "book_appointment", "description": "Book a service for a named caller at a day and time.",
      "parameters": {"type": "object", "properties": {
-         "name": _S, "day": {"type": "string", "enum": list(DAYS)},
-         "time": {"type": "string", "description": "HH:MM, 24-hour clock"}, "service": _S},
+         "name": _SAID, "day": {"type": "string", "enum": list(DAYS), SAID: True},
+         "time": {"type": "string", "description": "HH:MM, 24-hour clock", "pattern": CLOCK_PATTERN, SAID: True}, "service": _SAID},
          "required": ["name", "day", "time", "service"]}},
     {"name": "cancel_appointment", "description": "Cancel the caller's upcoming appointment (on a day, if several).",
      "parameters": {"type": "object", "properties": {
-         "name": _S, "day": {"type": "string", "enum": list(DAYS)}}, "required": ["name"]}},
+         "name": _SAID, "day": {"type": "string", "enum": list(DAYS), SAID: True}}, "required": ["name"]}},
     {"name": "list_appointments", "description": "The caller's upcoming appointments.",
-     "parameters": {"type": "object", "properties": {"name": _S}, "required": ["name"]}},
+     "parameters": {"type": "object", "properties": {"name": _SAID}, "required": ["name"]}},
     {"name": "current_datetime", "description": "Today's date and the time now at the business.",
      "parameters": {"type": "object", "properties": {}}},
     {"name": "transfer_to_human", "description": "Hand the call to a person on the staff.",
@@ -312,10 +314,40 @@ Tools:
 {tools}"""
 
 
+_COMPACT = """You answer phone calls for {name}. Reply in one or two short spoken sentences.
+For hours, address, phone, services, prices, free times, bookings, cancellations, the date or a person, first call a tool, alone in the reply: <tool_call>{{"name": ..., "arguments": {{...}}}}</tool_call>
+Then answer from its result. Ask for a missing name, service, day or time before booking. Never invent one.
+Tools:
+{tools}
+day: {days}. time: HH:MM, 24-hour.
+Services: {services}."""
+
+
+def _signature(schema: dict) -> str:
+    """business_info(topic: hours|address, day?, service?): a tool in one line."""
+    params = schema["parameters"]
+    required = set(params.get("required", ()))
+    args = []
+    for key, spec in params["properties"].items():
+        text = key + ("" if key in required else "?")
+        if "enum" in spec and key != "day":
+            text += ": " + "|".join(spec["enum"])
+        args.append(text)
+    return f"{schema['name']}({', '.join(args)})"
+
+
+def compact_prompt(profile: Profile, schemas: list[dict]) -> str:
+    """The embedded model's system message: the business, the tools in one line each, the services."""
+    return _COMPACT.format(name=profile.name, tools="\n".join(_signature(s) for s in schemas),
+                           days="today|tomorrow|monday..sunday", services=", ".join(x.name for x in profile.services))
+
+
 def system_prompt(profile: Profile, toolbox: Toolbox, style: str) -> str | None:
     """The system message for `style` (the engine's chat style): short for Parley's model, full for LLaDA/Dream."""
     if style == "parley":
         return f"You answer calls for {profile.name}."  # what the embedded model was trained with
+    if style == "smollm":
+        return compact_prompt(profile, (toolbox.schemas() if toolbox is not None else SCHEMAS))
     if style in ("llada", "dream"):
         tools = "\n".join(json.dumps(s, separators=(",", ":")) for s in toolbox.schemas())
         return _INSTRUCTIONS.format(name=profile.name, address=profile.address, phone=profile.phone,

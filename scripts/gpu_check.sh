@@ -17,3 +17,6 @@ PY
     tests/test_kernels_cuda.py tests/test_kernels.py tests/test_kernels_dispatch.py
 date -u +"%Y-%m-%d %H:%M UTC"
 "$PYTHON" -m kernels.bench "$@"
+# the embedded brain (SmolLM2 + Parley's adapter) on the GPU: block diffusion against autoregressive decoding
+"$PYTHON" -m app.cli llm bench --model llm/weights/parley-smollm2 --device cuda --repeats 5 \
+    --system "You answer phone calls for Maple Street Hair Studio." --prompt "Hi, what are your hours on Saturday?"

@@ -47,3 +47,15 @@ def speak(synthesizer):
         return cache[text].copy()
 
     return speak
+
+
+# --- the embedded brain: SmolLM2 with Parley's adapter, loaded once per test session ----------------------------
+
+@pytest.fixture(scope="session")
+def brain():
+    """The shipped SmolLM2 adapter's Engine (llm/weights/parley-smollm2) on the CPU, one torch thread."""
+    import llm
+    from app.settings import SMOLLM2_ADAPTER_DIR
+
+    torch.set_num_threads(1)
+    return llm.load(SMOLLM2_ADAPTER_DIR, device="cpu")

@@ -1,0 +1,106 @@
+"""One rule for every tool and every business: an argument the schema marks `"x-said": true` must have been said.
+
+A model may fill in a detail nobody gave (a time for a booking the caller never timed). The schema declares which
+arguments must come from the conversation; a call is run only if each such required value appears in it (an
+optional one nobody said is dropped from the call): in the caller's
+words, the agent's own spoken replies (a time it offered and the caller took) or a tool's result. What "appears"
+means depends only on the value's form, never on a list of words:
+- a clock time "HH:MM" is said when a message holds a time that may mean it ("half past three", "3:30 pm",
+  app.spoken_times);
+- a business's service is said when its name or one of its aliases (the profile's) is in a message;
+- anything else is said when all its words are, accents and case aside ("Sofia Ramirez" for "Sofía Ramírez").
+"""
+import json
+import re
+import unicodedata
+
+from app.spoken_times import times_in
+
+SAID = "x-said"  # the schema keyword: this argument must have been said in the conversation
+CLOCK_PATTERN = "^[0-2][0-9]:[0-5][0-9]$"  # a schema's "pattern" for a clock time, HH:MM on a 24-hour clock
+_HHMM = re.compile(r"^\d{2}:\d{2}$")
+_SENTENCE_WORDS = re.compile(r"[\w']+")
+
+
+def fold(text: str) -> str:
+    """Lowercase, accents dropped: 'Sofía' -> 'sofia'."""
+    text = unicodedata.normalize("NFKD", text.lower())
+    return "".join(c for c in text if not unicodedata.combining(c))
+
+
+def _words(text: str) -> list[str]:
+    return _SENTENCE_WORDS.findall(fold(text))
+
+
+def _has_phrase(words: list[str], phrase: list[str]) -> bool:
+    n = len(phrase)
+    return n > 0 and any(words[i:i + n] == phrase for i in range(len(words) - n + 1))
+
+
+def conversation_text(messages: list[dict]) -> list[str]:
+    """What was said: every message but the system prompt and the agent's tool calls."""
+    return [m["content"] for m in messages
+            if m["role"] in ("user", "tool") or m["role"] == "assistant" and not m["content"].startswith("<")]
+
+
+def is_said(value: str, texts: list[str], profile=None) -> bool:
+    """Whether the conversation's `texts` said `value` (see the module's docstring)."""
+    if _HHMM.match(value):
+        return any(value in times_in(text) for text in texts)
+    words = [_words(text) for text in texts]
+    service = profile.service(value) if profile is not None else None
+    if service is not None:
+        return any(_has_phrase(w, _words(form)) for w in words for form in (service.name, *service.aliases))
+    wanted = set(_words(value))
+    said = set().union(*words) if words else set()
+    return bool(wanted) and wanted <= said
+
+
+def unsaid(name: str, arguments: dict, schemas: list[dict], messages: list[dict], profile=None) -> list[str]:
+    """The arguments of a call of tool `name` that its schema marks x-said and the conversation never said."""
+    schema = next((s for s in schemas if s["name"] == name), None)
+    if schema is None:
+        return []
+    texts = conversation_text(messages)
+    properties = schema["parameters"].get("properties", {})
+    return [key for key, value in arguments.items()
+            if properties.get(key, {}).get(SAID) and isinstance(value, str)
+            and not is_said(value, texts, profile)]
+
+
+def settle(name: str, arguments: dict, schemas: list[dict], messages: list[dict], profile=None) -> tuple[dict, list[str]]:
+    """The call's arguments less the optional x-said ones nobody said (the call is still the one asked for:
+    "what are your hours" with a day nobody named is still a question about the hours), and the required ones
+    nobody said (the call must wait for a question)."""
+    schema = next((s for s in schemas if s["name"] == name), None)
+    missing = unsaid(name, arguments, schemas, messages, profile)
+    if schema is None or not missing:
+        return arguments, missing
+    required = set(schema["parameters"].get("required", ()))
+    kept = {k: v for k, v in arguments.items() if k in required or k not in missing}
+    return kept, [k for k in missing if k in required]
+
+
+def narrowed(schemas: list[dict], messages: list[dict]) -> list[dict]:
+    """The schemas with every x-said clock time (CLOCK_PATTERN) held to the times the conversation said, when it
+    said any: the grammar then lets the model choose between readings ("three thirty": 03:30 or 15:30; "3:30
+    p.m.": 15:30 alone) but never write a time nobody said."""
+    heard = sorted(set().union(*(times_in(text) for text in conversation_text(messages))))
+    if not heard:
+        return schemas
+    out = json.loads(json.dumps(schemas))
+    for s in out:
+        for spec in s["parameters"].get("properties", {}).values():
+            if spec.get(SAID) and spec.get("pattern") == CLOCK_PATTERN:
+                del spec["pattern"]
+                spec["enum"] = heard
+    return out
+
+
+def said_schemas(schemas: list[dict]) -> list[dict]:
+    """The schemas without the x-said marks (for a grammar engine or a prompt that does not know the keyword)."""
+    out = json.loads(json.dumps(schemas))
+    for s in out:
+        for spec in s["parameters"].get("properties", {}).values():
+            spec.pop(SAID, None)
+    return out

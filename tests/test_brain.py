@@ -1,0 +1,68 @@
+"""The embedded brain end to end, as a caller uses it: SmolLM2 with Parley's block-diffusion adapter, the real
+agent, tools, schema grammar and SQLite store, for the shipped business and for a second one it was never
+trained on (app/profiles/bike_repair.yaml: the same adapter, only the profile differs)."""
+from datetime import datetime, timedelta
+
+import pytest
+
+from app.agent import Agent, agent_options_for
+from app.settings import REPO_ROOT, SMOLLM2_ADAPTER_DIR
+from app.store import open_store
+from app.tools import Toolbox, load_profile, system_prompt
+
+pytestmark = pytest.mark.slow
+BIKE_SHOP = REPO_ROOT / "app" / "profiles" / "bike_repair.yaml"
+
+
+def agent_for(engine, profile_path=None, now=datetime(2026, 3, 2, 9, 0)):  # a Monday morning
+    profile = load_profile(profile_path)
+    toolbox = Toolbox(profile, open_store(":memory:"), now=lambda: now)
+    return Agent(engine, toolbox, system_prompt(profile, toolbox, engine.chat_style),
+                 agent_options_for(SMOLLM2_ADAPTER_DIR))
+
+
+def calls(turn):
+    return [(c.name, c.arguments) for c in turn.tool_calls]
+
+
+def test_hours_come_from_the_tool(brain):
+    turn = agent_for(brain).respond("Hi, um, yeah, what are your hours?")
+    assert [name for name, _ in calls(turn)] == ["business_info"]
+    assert turn.tool_calls[0].arguments["topic"] == "hours"
+    assert "9" in turn.reply or "nine" in turn.reply.lower()
+
+
+def test_a_booking_with_every_detail_is_booked_and_read_back(brain):
+    agent = agent_for(brain)
+    turn = agent.respond("Hi, I'd like to book a haircut tomorrow at 3 pm. My name is Sofía Ramírez.")
+    assert calls(turn) == [("book_appointment", {"name": "Sofía Ramírez", "day": "tomorrow", "time": "15:00",
+                                                 "service": "haircut"})]
+    assert turn.tool_calls[0].result["ok"]
+    assert "Sofía" in turn.reply and "\ufffd" not in turn.reply
+    rows = agent.toolbox.store.for_name("Sofía Ramírez")
+    assert [(r.service, r.start) for r in rows] == [("haircut", datetime(2026, 3, 3, 15, 0))]
+
+
+def test_a_booking_without_a_time_gets_a_question(brain):
+    turn = agent_for(brain).respond("Can I get a beard trim on Friday? It's for Tom.")
+    assert [name for name, _ in calls(turn)] in ([], ["check_availability"])
+    assert "?" in turn.reply
+
+
+def test_a_new_business_is_answered_from_its_profile_alone(brain):
+    agent = agent_for(brain, BIKE_SHOP)
+    turn = agent.respond("how much do you charge for a tune-up?")
+    assert [name for name, _ in calls(turn)] == ["business_info"]
+    assert turn.tool_calls[0].result["price"] == "$65"  # the bike shop's price, from its profile
+    assert "65" in turn.reply or "sixty-five" in turn.reply.lower()
+
+
+def test_a_long_call_answers_the_same_question_the_same_way(brain):
+    """The prompt keeps the system facts and the recent turns that fit: turn 14 is answered as turn 2 was."""
+    agent = agent_for(brain)
+    agent.respond("Hello there.")
+    first = agent.respond("What's your address?")
+    for _ in range(12):
+        turn = agent.respond("What's your address?")
+    assert calls(turn) == calls(first)
+    assert "214" in turn.reply

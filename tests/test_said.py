@@ -1,0 +1,106 @@
+"""The one rule for tool arguments the caller must have said (app.said), and the agent asking instead of
+running a call whose detail nobody gave."""
+from datetime import datetime
+
+from app.agent import Agent, AgentOptions, format_tool_call
+from app.said import is_said, said_schemas, unsaid, SAID
+from app.store import open_store
+from app.tools import SCHEMAS, Toolbox, load_profile
+from tests.fakes import FakeEngine
+
+PROFILE = load_profile(None)
+
+
+def test_times_are_said_in_any_spoken_form():
+    assert is_said("15:30", ["Can I come at half past three in the afternoon?"])
+    assert is_said("15:30", ["3:30 pm works"])
+    assert not is_said("15:00", ["Can I come in tomorrow?"])
+
+
+def test_services_are_said_by_the_profiles_names_and_aliases():
+    assert is_said("beard trim", ["I need a beard shave"], PROFILE)
+    assert is_said("hair coloring", ["do you do highlights?"], PROFILE)
+    assert not is_said("hair coloring", ["I need a haircut"], PROFILE)
+
+
+def test_names_are_said_whatever_their_accents_and_case():
+    assert is_said("Sofía Ramírez", ["name is sofia ramirez"])
+    assert is_said("de la Cruz", ["It's Maria de la Cruz."])
+    assert not is_said("Maria Lopez", ["It's Maria."])
+
+
+def test_unsaid_reads_the_schema_marks_and_the_whole_conversation():
+    messages = [{"role": "system", "content": "Maple Street, 15:00, Anna"},
+                {"role": "user", "content": "A haircut tomorrow please, I'm Ana."},
+                {"role": "assistant", "content": "How about 4 PM?"},
+                {"role": "user", "content": "Sure."}]
+    args = {"name": "Ana", "day": "tomorrow", "time": "16:00", "service": "haircut"}
+    assert unsaid("book_appointment", args, SCHEMAS, messages, PROFILE) == []
+    assert unsaid("book_appointment", {**args, "time": "15:00"}, SCHEMAS, messages, PROFILE) == ["time"]
+    assert unsaid("book_appointment", {**args, "name": "Anna"}, SCHEMAS, messages, PROFILE) == ["name"]
+    assert unsaid("current_datetime", {}, SCHEMAS, messages, PROFILE) == []
+    assert all(SAID not in spec for s in said_schemas(SCHEMAS) for spec in s["parameters"]["properties"].values())
+
+
+def _agent(replies: list[str]):
+    engine = FakeEngine(lambda messages: replies[min(len(engine.calls), len(replies)) - 1])
+    toolbox = Toolbox(PROFILE, open_store(":memory:"), now=lambda: datetime(2026, 3, 3, 9, 0))
+    options = AgentOptions(cache="block", block_length=4, tool_grammar=False)
+    return Agent(engine, toolbox, "system", options), engine
+
+
+def test_a_call_with_a_detail_nobody_gave_is_not_run_the_agent_asks():
+    booking = format_tool_call("book_appointment", {"name": "Ana", "day": "tomorrow", "time": "15:00",
+                                                    "service": "haircut"})
+    agent, engine = _agent([booking, "What time would you like?"])
+    turn = agent.respond("I'd like a haircut tomorrow, I'm Ana.")
+    assert turn.tool_calls == []
+    assert turn.reply == "What time would you like?"
+    assert len(engine.calls) == 2
+
+
+def test_a_call_whose_details_were_all_said_runs():
+    booking = format_tool_call("book_appointment", {"name": "Ana", "day": "tomorrow", "time": "15:00",
+                                                    "service": "haircut"})
+    agent, _ = _agent([booking, "You're all set."])
+    turn = agent.respond("I'd like a haircut tomorrow at 3 pm, I'm Ana.")
+    assert [c.name for c in turn.tool_calls] == ["book_appointment"]
+    assert turn.tool_calls[0].result["ok"]
+    assert turn.reply == "You're all set."
+
+
+def test_an_optional_detail_nobody_gave_is_dropped_from_the_call():
+    hours = format_tool_call("business_info", {"topic": "hours", "day": "friday"})
+    agent, _ = _agent([hours, "We're open nine to six."])
+    turn = agent.respond("What are your hours?")
+    assert [(c.name, c.arguments) for c in turn.tool_calls] == [("business_info", {"topic": "hours"})]
+    assert agent.messages[1]["content"] == format_tool_call("business_info", {"topic": "hours"})
+
+
+def test_clock_times_are_held_to_those_the_conversation_said():
+    from app.said import narrowed
+
+    said = narrowed(SCHEMAS, [{"role": "user", "content": "Friday at 3:30 p.m., or maybe three thirty"}])
+    book = next(s for s in said if s["name"] == "book_appointment")["parameters"]["properties"]
+    assert book["time"]["enum"] == ["03:30", "15:30"]
+    assert narrowed(SCHEMAS, [{"role": "user", "content": "Friday, please"}]) == SCHEMAS  # nothing said: free
+
+
+def test_the_narrowed_grammar_refuses_a_time_nobody_said():
+    from app.said import narrowed
+    from app.schema_grammar import ReplyGrammar
+    from tokenizers import Tokenizer
+    from app.settings import DEFAULT_LLM_DIR
+
+    tokenizer = Tokenizer.from_file(str(DEFAULT_LLM_DIR / "tokenizer.json"))
+    schemas = narrowed(SCHEMAS, [{"role": "user", "content": "a haircut Friday at 3:30 pm for Ana"}])
+    grammar = ReplyGrammar(tokenizer, schemas, (tokenizer.token_to_id("<|end|>"),), tokenizer.get_vocab_size())
+
+    def accepts(time):
+        call = format_tool_call("book_appointment", {"name": "Ana", "day": "friday", "time": time,
+                                                     "service": "haircut"})
+        matcher = grammar.start()
+        return all(matcher.accept(t) for t in tokenizer.encode(call, add_special_tokens=False).ids)
+
+    assert accepts("15:30")
+    assert not accepts("14:30")
