@@ -76,10 +76,8 @@ class _Timed:
 
     def __init__(self, engine):
         self.engine, self.seconds = engine, []
-        self.chat_style = engine.chat_style
-        self.tokenizer = getattr(engine, "tokenizer", None)  # for the tools' grammar (app.tool_grammar)
 
-    def __getattr__(self, name):  # special ids, model: what the agent reads of its engine
+    def __getattr__(self, name):  # chat style, tokenizer, special ids, model: what the agent reads of its engine
         return getattr(self.engine, name)
 
     def generate(self, messages, **kwargs):

@@ -96,11 +96,3 @@ def narrowed(schemas: list[dict], messages: list[dict]) -> list[dict]:
                 spec["enum"] = heard
     return out
 
-
-def said_schemas(schemas: list[dict]) -> list[dict]:
-    """The schemas without the x-said marks (for a grammar engine or a prompt that does not know the keyword)."""
-    out = json.loads(json.dumps(schemas))
-    for s in out:
-        for spec in s["parameters"].get("properties", {}).values():
-            spec.pop(SAID, None)
-    return out

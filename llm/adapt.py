@@ -6,9 +6,8 @@ reply blocks; the loss trains every block position the sampler fills. Only the L
 token's embedding are trained; the base stays as the package ships it.
 """
 import json
-import math
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -18,6 +17,7 @@ from tqdm import tqdm
 from llm import lora
 from llm.blockdiff import block_batch, packed_loss
 from llm.model import Transformer
+from llm.train import learning_rate
 
 ADAPTER_FILE = "adapter.safetensors"
 CONFIG_FILE = "config.json"
@@ -46,13 +46,6 @@ class AdaptOptions:
 class Example:
     ids: list[int]
     spans: list[tuple[int, int]]      # [start, end) of each assistant reply, end-of-turn token included
-
-
-def _lr(opts: AdaptOptions, step: int) -> float:
-    if step < opts.warmup_steps:
-        return opts.lr * (step + 1) / opts.warmup_steps
-    progress = (step - opts.warmup_steps) / max(1, opts.steps - opts.warmup_steps)
-    return opts.lr * (opts.min_lr_ratio + (1 - opts.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
 
 
 def fit(example: Example, max_tokens: int) -> Example | None:
@@ -103,7 +96,7 @@ def adapt(model: Transformer, examples: list[Example], mask_id: int, opts: Adapt
                 e = examples[order.pop()]
                 batch.append(block_batch(e.ids, e.spans, opts.block_length, mask_id, generator, opts.ar_weight))
             for group in optimizer.param_groups:
-                group["lr"] = _lr(opts, step)
+                group["lr"] = learning_rate(step, opts)  # the same warmup and cosine as llm.train
             loss = packed_loss(model, batch, mask_embedding, mask_id, prefix_len)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
@@ -140,10 +133,6 @@ def apply_adapter(model: Transformer, adapter: dict[str, torch.Tensor], alpha_ov
             model.transformer.wte.weight[mask_id] = adapter["mask_embedding"].to(model.transformer.wte.weight.dtype)
 
 
-def options_dict(opts: AdaptOptions) -> dict:
-    return asdict(opts)
-
-
 def load_adapted(path, device=None, dtype=None):
     """An Engine for an adapter directory (`parley adapt`'s): the base GGUF with the adapter merged in.
 
@@ -152,6 +141,7 @@ def load_adapted(path, device=None, dtype=None):
     """
     from llm.engine import Engine
     from llm.gguf import build_model, read_gguf, smollm2_path
+    from llm.load import DTYPES
     from llm.quant import quantize_int8
     from llm.tokenizer import CheckpointError, read_json
 
@@ -166,10 +156,9 @@ def load_adapted(path, device=None, dtype=None):
     if dtype is None:
         dtype = config.get("cpu_weights", "float32") if device.type == "cpu" else "float32"
     if isinstance(dtype, str) and dtype != "int8":
-        names = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-        if dtype not in names:
-            raise ValueError(f"dtype {dtype!r}: choose one of int8, {', '.join(names)}")
-        dtype = names[dtype]
+        if dtype not in DTYPES:
+            raise ValueError(f"dtype {dtype!r}: choose one of int8, {', '.join(DTYPES)}")
+        dtype = DTYPES[dtype]
     ckpt = read_gguf(smollm2_path())
     model = build_model(ckpt)  # fp32 on the CPU: the adapter merges there
     apply_adapter(model, load_adapter(path), float(config["alpha"]) / int(config["rank"]), ckpt.special.mask)

@@ -115,6 +115,12 @@ class Engine:
         """Whether messages and a reply of max_new_tokens fit the model's context."""
         return len(self.prompt_ids(messages)) + max_new_tokens <= self.model.args.max_sequence_length
 
+    def _check_fits(self, prompt_len: int, max_new_tokens: int) -> None:
+        limit = self.model.args.max_sequence_length
+        if prompt_len + max_new_tokens > limit:
+            raise ValueError(f"prompt of {prompt_len} tokens + max_new_tokens={max_new_tokens} exceeds "
+                             f"the model's max_sequence_length={limit}")
+
     def _encode(self, messages: list[dict]):
         text = chat.render(messages, self.chat_style, add_generation_prompt=True, bos_token=self.bos_token)
         return self.tokenizer.encode(text, add_special_tokens=False)
@@ -167,12 +173,9 @@ class Engine:
     def generate_blocks(self, prompt_ids: list[int], opts: BlockOptions, on_block=None, cancel=None,
                         matcher: Matcher | None = None) -> Generation:
         """generate(use_cache="block") on an already tokenized prompt."""
-        limit = self.model.args.max_sequence_length
-        if len(prompt_ids) + opts.max_new_tokens > limit:
-            raise ValueError(f"prompt of {len(prompt_ids)} tokens + max_new_tokens={opts.max_new_tokens} exceeds "
-                             f"the model's max_sequence_length={limit}")
+        self._check_fits(len(prompt_ids), opts.max_new_tokens)
         if self._prefix is None:
-            self._prefix = PrefixCache(self.model.new_cache(1, limit))
+            self._prefix = PrefixCache(self.model.new_cache(1, self.model.args.max_sequence_length))
         streamed = _Streamed(self.tokenizer, on_block)
         decoded = block_reply(self.model, prompt_ids, self.special, opts, self._prefix, on_block=streamed.settled,
                               cancel=cancel, matcher=matcher)
@@ -187,10 +190,7 @@ class Engine:
             raise ValueError("a model with a reader needs the prompt's read features (prompt_read), and only such a model")
         if allows is not None and opts.cache != "left":
             raise ValueError(f"a grammar needs cache='left' (left to right), not cache={opts.cache!r}")
-        limit = self.model.args.max_sequence_length
-        if len(prompt_ids) + opts.max_new_tokens > limit:
-            raise ValueError(f"prompt of {len(prompt_ids)} tokens + max_new_tokens={opts.max_new_tokens} exceeds "
-                             f"the model's max_sequence_length={limit}")
+        self._check_fits(len(prompt_ids), opts.max_new_tokens)
         streamed = _Streamed(self.tokenizer, on_block)
         generator = None
         if seed is not None:

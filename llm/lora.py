@@ -9,10 +9,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from llm.model import Transformer
-
-# every projection of a block: attention and SwiGLU
-TARGETS = ("q_proj", "k_proj", "v_proj", "attn_out", "ff_proj", "up_proj", "ff_out")
+from llm.model import BLOCK_LINEARS, Transformer
 
 
 class LoRALinear(nn.Module):
@@ -33,13 +30,13 @@ class LoRALinear(nn.Module):
 
 
 def add_lora(model: Transformer, rank: int, alpha: float, seed: int = 0) -> list[nn.Parameter]:
-    """Freeze model and wrap every TARGETS linear of every block in a LoRALinear -> the trainable parameters."""
+    """Freeze model and wrap every BLOCK_LINEARS linear of every block in a LoRALinear -> the trainable parameters."""
     generator = torch.Generator().manual_seed(seed)
     for p in model.parameters():
         p.requires_grad_(False)
     trainable = []
     for block in model.transformer.blocks:
-        for name in TARGETS:
+        for name in BLOCK_LINEARS:
             wrapped = LoRALinear(getattr(block, name), rank, alpha, generator)
             setattr(block, name, wrapped)
             trainable += [wrapped.lora_a, wrapped.lora_b]
@@ -69,7 +66,7 @@ def merge(model: Transformer, adapter: dict[str, torch.Tensor], alpha_over_rank:
 def unwrap(model: Transformer) -> None:
     """Undo add_lora after merging: each LoRALinear goes back to its (merged) base linear."""
     for block in model.transformer.blocks:
-        for name in TARGETS:
+        for name in BLOCK_LINEARS:
             module = getattr(block, name)
             if isinstance(module, LoRALinear):
                 setattr(block, name, module.base)

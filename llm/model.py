@@ -106,6 +106,9 @@ def causal_attention(q, k, v, start_pos: int):
     return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)
 
 
+BLOCK_LINEARS = ("q_proj", "k_proj", "v_proj", "attn_out", "ff_proj", "up_proj", "ff_out")  # every projection
+
+
 class Block(nn.Module):
     """x += attn_out(attn(attn_norm(x))); h = ff_norm(x); x += ff_out(silu(ff_proj(h)) * up_proj(h))."""
 

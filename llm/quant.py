@@ -9,9 +9,7 @@ import warnings
 import torch
 import torch.nn as nn
 
-from llm.model import Transformer
-
-TARGETS = ("q_proj", "k_proj", "v_proj", "attn_out", "ff_proj", "up_proj", "ff_out")
+from llm.model import BLOCK_LINEARS, Transformer
 
 
 def quantize_int8(model: Transformer) -> Transformer:
@@ -24,7 +22,7 @@ def quantize_int8(model: Transformer) -> Transformer:
     with warnings.catch_warnings():  # torch.ao's eager quantization is deprecated in favour of torchao
         warnings.simplefilter("ignore")
         for block in model.transformer.blocks:
-            for name in TARGETS:
+            for name in BLOCK_LINEARS:
                 linear = getattr(block, name)
                 plain = nn.Linear(linear.in_features, linear.out_features, bias=linear.bias is not None)
                 plain.load_state_dict(linear.state_dict())
