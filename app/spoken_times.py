@@ -19,6 +19,9 @@ _OFFSETS = {5, 10, 20, 25}  # "ten past six", "twenty five to four" (besides hal
 _PAST, _TO = {"past", "after"}, {"to", "till", "before", "of"}
 _NOT_A_TIME_BEFORE = {"the", "that", "this", "which", "first", "second", "last", "later", "earlier", "other",
                       "another", "no", "any", "each", "every"}
+_MONTHS = {"january", "february", "march", "april", "may", "june", "july", "august", "september", "october",
+           "november", "december"}
+_ORDINAL_ENDS = {"st", "nd", "rd", "th"}
 _WORD = re.compile(r"\d{1,2}:\d{2}|\d+|[a-z]+(?:'[a-z]+)?|[,.?!;]")  # a mark ends a time: "Ten, ten."
 
 
@@ -65,6 +68,8 @@ def _hour(words: list[str], i: int) -> tuple[int, int, int] | None:
     else:
         return None
     nxt = words[i + 1] if i + 1 < len(words) else ""
+    if i and words[i - 1] in _MONTHS or nxt in _ORDINAL_ENDS:
+        return None  # a day of the month: "December 2", "the 3rd"
     if nxt == "o'clock":
         return hour, 0, 2
     if nxt == "oh" and not w.isdigit():  # "nine oh five"
