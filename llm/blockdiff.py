@@ -50,6 +50,14 @@ class Matcher(Protocol):
     def accept(self, token: int) -> bool: ...
 
 
+def forced(matcher: Matcher) -> int | None:
+    """The one token the grammar allows next, if it allows exactly one."""
+    allowed = matcher.allowed()
+    if int(allowed.sum()) != 1:
+        return None
+    return int(allowed.nonzero()[0, 0])
+
+
 @dataclass
 class PrefixCache:
     """An exact KV cache and the token ids whose keys it holds (positions 0..len(ids)-1); a new prompt reuses
@@ -104,6 +112,8 @@ def block_reply(model: Transformer, prompt: list[int], special: SpecialIds, opts
     Each pass runs the tokens committed last (the prompt's new part, the first time), whose keys join the cache,
     then block_length - 1 masks: the last committed row predicts the next token, exactly as the base model
     would, and mask row j the token j + 1 after it. The confident prefix of those predictions is committed.
+    Tokens the grammar forces after it (the only one it allows: a tool call's keys and punctuation) are
+    committed without a pass, as the model would have written them, and run with the next pass's.
     """
     if not model.args.shift_logits:
         raise ValueError("block diffusion reuses a left-to-right head: it needs a shift_logits model")
@@ -135,6 +145,15 @@ def block_reply(model: Transformer, prompt: list[int], special: SpecialIds, opts
             token = token.item()
             if matcher is not None and not matcher.accept(token):
                 break  # the grammar allows nothing here
+            if opts.stop_at_eos and token in special.stop:
+                stopped = True
+                break
+            new.append(token)
+        while matcher is not None and not stopped and new and len(tokens) + len(new) < opts.max_new_tokens:
+            token = forced(matcher)  # the only token the grammar allows: the model's choice, whatever its logits
+            if token is None:
+                break
+            matcher.accept(token)
             if opts.stop_at_eos and token in special.stop:
                 stopped = True
                 break

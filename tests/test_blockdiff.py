@@ -39,6 +39,47 @@ def test_one_token_per_pass_is_greedy_left_to_right():
         assert out.tokens == ar.tokens  # threshold 1: only the first masked position commits, exactly greedy
 
 
+class PatternMatcher:
+    """A grammar that forces tokens 10, 11, 12 after every token below 10 and allows any other token otherwise;
+    with `masks_too`, the mask id is allowed beside every forced token (never chosen: the sampler rules it out),
+    so nothing is ever the only token allowed."""
+
+    def __init__(self, masks_too=False):
+        self.masks_too, self.owed = masks_too, []
+
+    def allowed(self):
+        allowed = torch.zeros(64, dtype=torch.bool)
+        if self.owed:
+            allowed[self.owed[0]] = True
+            allowed[MASK] = self.masks_too
+        else:
+            allowed[2:60] = True
+        return allowed
+
+    def accept(self, token):
+        if not self.allowed()[token]:
+            return False
+        if self.owed:
+            self.owed.pop(0)
+        elif token < 10:
+            self.owed = [10, 11, 12]
+        return True
+
+
+@torch.no_grad()
+def test_tokens_the_grammar_forces_are_committed_without_a_pass_and_change_nothing():
+    model = tiny()
+    ids = prompt()
+    opts = BlockOptions(max_new_tokens=40, block_length=1, threshold=1.0, stop_at_eos=False)
+    fast = block_reply(model, ids, SPECIAL, opts, PrefixCache(model.new_cache(1, 256)), matcher=PatternMatcher())
+    slow = block_reply(model, ids, SPECIAL, opts, PrefixCache(model.new_cache(1, 256)),
+                       matcher=PatternMatcher(masks_too=True))
+    assert fast.tokens == slow.tokens
+    assert slow.passes == len(slow.tokens)
+    forced_runs = sum(t < 10 for t in fast.tokens[:-3])
+    assert forced_runs >= 1 and fast.passes <= slow.passes - 3 * forced_runs + 3
+
+
 @torch.no_grad()
 def test_prefix_cache_reuse_changes_nothing_but_cost():
     model = tiny()
