@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Callable
 
 from app.heard import asked_for, asks_again, details_in, heard
-from app.said import narrowed, settle
+from app.said import held, missing_result, settle
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +75,7 @@ class AgentOptions:
     threshold: float = 0.9          # commit every masked token at least this confident (Fast-dLLM)
     cache: str = "prefix"           # the sampler's KV cache (llm.generate.CACHE_MODES); "left" for Parley's model
     max_tool_rounds: int = 3        # tool calls in one turn before the agent stops asking
-    max_history_turns: int = 8      # user turns kept in the prompt
+    max_history_turns: int = 8      # user turns kept in the prompt; 0: as many as fit (Agent.prompt)
     # tool calls decoded under the tools' grammar (app.tool_grammar): with cache "left" and an engine that has a
     # tokenizer. NOTE: measured with the shipped model in docs/EMBEDDED_MODEL.md
     tool_grammar: bool = True
@@ -86,14 +86,15 @@ class AgentOptions:
         return self.tool_grammar and self.cache == "left"
 
 
-DECODE_FIELDS = ("max_new_tokens", "block_length", "threshold", "cache")
+DECODE_FIELDS = ("max_new_tokens", "block_length", "threshold", "cache", "max_history_turns")
 
 
 def agent_options_for(model_dir) -> AgentOptions:
     """AgentOptions with the checkpoint's own decoding preferences (generation_config.json: max_new_tokens,
-    block_length, threshold, cache) applied; a checkpoint without them gets the defaults."""
-    if Path(model_dir).suffix == ".gguf":  # a left-to-right base read from one file: block decoding (llm.blockdiff)
-        return dataclasses.replace(AgentOptions(), cache="block", block_length=4)
+    block_length, threshold, cache, max_history_turns) applied; a checkpoint without them gets the defaults."""
+    if Path(model_dir).suffix == ".gguf":  # a left-to-right base read from one file: its greedy decoding, held to
+        # the tools' schemas (llm.blockdiff with one token a pass), and as much of the call as fits
+        return dataclasses.replace(AgentOptions(), cache="block", block_length=1, threshold=1.0, max_history_turns=0)
     path = Path(model_dir) / "generation_config.json"
     try:
         prefs = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
@@ -203,19 +204,34 @@ class Agent:
         self.system_prompt = system_prompt
         self.options = options
         self.messages: list[dict] = []   # the dialogue so far, system excluded
+        self._first = 0                  # with max_history_turns 0, the first message the prompt keeps (prompt)
         self._lock = threading.Lock()    # respond and truncate_last_reply come from different threads
 
     def prompt(self) -> list[dict]:
         """The messages the model sees: system prompt, then the last `max_history_turns` user turns, fewer when
-        they would not fit the model's context with a reply (a call of any length never outgrows it)."""
+        they would not fit the model's context with a reply (a call of any length never outgrows it).
+
+        max_history_turns 0: every turn since the window last moved, while they fit. When they no longer do, the
+        window moves past the oldest turns until half the context is free, so the turns after it reuse the
+        prompt's KV cache again (the engine keeps its last prompt's longest common prefix): moving one turn at a
+        time would change the prompt's start, and so make each turn prefill the whole history."""
         user_idx = [i for i, m in enumerate(self.messages) if m["role"] == "user"]
-        keep = self.options.max_history_turns
-        starts = user_idx[-keep:] if len(user_idx) > keep else [0] + user_idx[1:]
         system = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
         fits = getattr(self.engine, "fits", None)
+        keep, reply = self.options.max_history_turns, self.options.max_new_tokens
+        if keep == 0:
+            messages = system + self.messages[self._first:]
+            if fits is None or fits(messages, reply):
+                return messages
+            room = reply + self.engine.model.args.max_sequence_length // 2
+            starts = [i for i in user_idx if i > self._first]
+            self._first = next((i for i in starts if fits(system + self.messages[i:], room)), starts[-1] if starts
+                               else self._first)
+            return system + self.messages[self._first:]
+        starts = user_idx[-keep:] if len(user_idx) > keep else [0] + user_idx[1:]
         for start in starts:
             messages = system + self.messages[start:]
-            if fits is None or fits(messages, self.options.max_new_tokens):
+            if fits is None or fits(messages, reply):
                 return messages
         return messages  # the last user turn alone: the engine says why it does not fit
 
@@ -243,21 +259,18 @@ class Agent:
                                     threshold=opts.threshold, use_cache=opts.cache, on_block=on_block, cancel=cancel,
                                     **extra)
 
-    def _settled(self, calls: list[tuple[str, dict]], spoken: str) -> tuple[list[tuple[str, dict]], str]:
-        """With the embedded brain, each call less the optional arguments nobody said (app.said.settle)."""
+    def _settled(self, calls: list[tuple[str, dict]]) -> list[tuple[str, dict, list[str]]]:
+        """Each call with what it lacks: with the embedded brain, less the x-said arguments nobody said, and the
+        required arguments it then lacks (app.said.settle); a call that lacks some is not run."""
         if self.options.cache != "block":
-            return calls, spoken
+            return [(name, arguments, []) for name, arguments in calls]
         messages, schemas = self.prompt(), self.toolbox.schemas()
-        return [(name, settle(name, arguments, schemas, messages, self.toolbox.profile)[0] if name else arguments)
-                for name, arguments in calls], spoken
+        return [(name, *settle(name, arguments, schemas, messages, self.toolbox.profile)) if name
+                else (name, arguments, []) for name, arguments in calls]
 
     def _grounded(self, calls: list[tuple[str, dict]]) -> bool:
         """Did the conversation give every day, time, service and name of these calls (Heard.grounds)?
         Always, without the grammar (a big checkpoint's calls run as written)."""
-        if self.options.cache == "block":  # the schema's x-said arguments, one rule for every tool (app.said)
-            messages, schemas = self.prompt(), self.toolbox.schemas()
-            return not any(name and settle(name, arguments, schemas, messages, self.toolbox.profile)[1]
-                           for name, arguments in calls)
         if self._grammar() is None:
             return True
         said = heard(self.prompt(), self.toolbox.profile)
@@ -283,14 +296,14 @@ class Agent:
                 and not (answered and not sentence.rstrip().endswith("?"))), tools
 
     def _reply_grammar(self, messages: list[dict], speech_only: bool = False):
-        """The reply grammar of this engine's tokenizer and these tools (app.schema_grammar) for `messages`: clock
-        times held to those said (app.said.narrowed); speech_only: a reply that makes no call."""
+        """The reply grammar of this engine's tokenizer and these tools (app.schema_grammar) for `messages`, its
+        calls held to the details said (app.said.held); speech_only: a reply that makes no call."""
         tokenizer = getattr(self.engine, "tokenizer", None)
         if not self.options.tool_grammar or tokenizer is None:
             return None
         from app.schema_grammar import grammar_for
 
-        schemas = [] if speech_only else narrowed(self.toolbox.schemas(), messages)
+        schemas = [] if speech_only else held(self.toolbox.schemas(), messages)
         return grammar_for(tokenizer, schemas, self.engine.special.stop, self.engine.model.args.vocab_size)
 
     def _grammar(self):
@@ -320,17 +333,18 @@ class Agent:
         turn = TurnResult(reply="")
         with self._lock:
             self.messages.append({"role": "user", "content": user_text})
+        lacking = False
         for round_ in range(opts.max_tool_rounds + 1):
             vet, tools = self._vet() if round_ == 0 else (None, ())
             speech = _SpeechFilter(on_text, vet)
             if first is not None and first.stopped != "cancelled":
                 gen, first = first, None                   # drafted during the user's silence
                 speech.feed(gen.text)
-            else:
-                gen = self._generate(self.prompt(), on_block=speech.feed, cancel=cancel)
+            else:  # after a call that lacked details, a question for them, not the same call again
+                gen = self._generate(self.prompt(), on_block=speech.feed, cancel=cancel, call=False if lacking else None)
             speech.finish()
             turn.count(gen)
-            calls, spoken = self._settled(*parse_tool_calls(gen.text))
+            calls, spoken = parse_tool_calls(gen.text)
             if calls and not spoken and gen.stopped != "cancelled" and not self._grounded(calls):
                 # the model filled in a detail nobody gave (a time, a service): it asks for it instead
                 gen = self._generate(self.prompt(), on_block=speech.feed, cancel=cancel, call=False)
@@ -355,14 +369,20 @@ class Agent:
                     if spoken:
                         self.messages.append({"role": "assistant", "content": spoken})
                 return turn
+            settled = self._settled(calls)
             written = gen.text.strip()
             if self.options.cache == "block" and calls and all(name for name, _ in calls) and not spoken:
-                written = "".join(format_tool_call(name, arguments) for name, arguments in calls)  # as run
+                written = "".join(format_tool_call(name, arguments) for name, arguments, _ in settled)  # as held
             with self._lock:
                 self.messages.append({"role": "assistant", "content": written})
             if not calls:
                 return turn
-            for name, arguments in calls:
+            for name, arguments, missing in settled:
+                if missing:  # not run: the model hears what the caller has not said yet, and asks for it
+                    lacking = True
+                    with self._lock:
+                        self.messages.append(tool_message(name, missing_result(missing)))
+                    continue
                 result = self._call_tool(name, arguments)
                 call = ToolCall(name, arguments, result)
                 turn.tool_calls.append(call)

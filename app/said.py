@@ -1,9 +1,10 @@
 """One rule for every tool and every business: an argument the schema marks `"x-said": true` must have been said.
 
 A model may fill in a detail nobody gave (a time for a booking the caller never timed). The schema declares which
-arguments must come from the conversation; a call is run only if each such required value appears in it (an
-optional one nobody said is dropped from the call): in the caller's
-words, the agent's own spoken replies (a time it offered and the caller took) or a tool's result. What "appears"
+arguments must come from the conversation: in the caller's words, the agent's own spoken replies (a time it
+offered and the caller took) or a tool's result. A value nobody said is dropped from the call; a call that then
+lacks a required argument is not run, and the model is told which details are missing, so it asks for them (in
+the order of the schema's `required` list). What "appears"
 means depends only on the value's form, never on a list of words:
 - a clock time "HH:MM" is said when a message holds a time that may mean it ("half past three", "3:30 pm",
   app.spoken_times);
@@ -69,30 +70,40 @@ def unsaid(name: str, arguments: dict, schemas: list[dict], messages: list[dict]
 
 
 def settle(name: str, arguments: dict, schemas: list[dict], messages: list[dict], profile=None) -> tuple[dict, list[str]]:
-    """The call's arguments less the optional x-said ones nobody said (the call is still the one asked for:
-    "what are your hours" with a day nobody named is still a question about the hours), and the required ones
-    nobody said (the call must wait for a question)."""
+    """The call's arguments less every x-said one nobody said, and the required arguments it then lacks, in the
+    order of the schema's `required` list (the order the agent asks for them). A call that lacks none runs ("what
+    are your hours" with a day nobody named is still a question about the hours); one that lacks some is not run:
+    the model is told what is missing (`missing_result`) and asks the caller."""
     schema = next((s for s in schemas if s["name"] == name), None)
-    missing = unsaid(name, arguments, schemas, messages, profile)
-    if schema is None or not missing:
-        return arguments, missing
-    required = set(schema["parameters"].get("required", ()))
-    kept = {k: v for k, v in arguments.items() if k in required or k not in missing}
-    return kept, [k for k in missing if k in required]
+    if schema is None:
+        return arguments, []
+    unsaid_keys = set(unsaid(name, arguments, schemas, messages, profile))
+    kept = {k: v for k, v in arguments.items() if k not in unsaid_keys}
+    return kept, [k for k in schema["parameters"].get("required", ()) if kept.get(k) in (None, "")]
 
 
-def narrowed(schemas: list[dict], messages: list[dict]) -> list[dict]:
-    """The schemas with every x-said clock time (CLOCK_PATTERN) held to the times the conversation said, when it
-    said any: the grammar then lets the model choose between readings ("three thirty": 03:30 or 15:30; "3:30
-    p.m.": 15:30 alone) but never write a time nobody said."""
+def missing_result(missing: list[str]) -> dict:
+    """What a call that lacks required details returns to the model instead of running."""
+    return {"ok": False, "missing": list(missing)}
+
+
+def held(schemas: list[dict], messages: list[dict]) -> list[dict]:
+    """The schemas as the reply grammar holds a call to them, for `messages`:
+    - a required x-said argument may be left out: the caller may not have said it yet, and a call that lacks it
+      is answered with what is missing (`settle`), so the model writes the details it has instead of inventing
+      the rest;
+    - an x-said clock time (CLOCK_PATTERN) is one of the times the conversation said, when it said any: the model
+      chooses between readings ("three thirty": 03:30 or 15:30; "3:30 p.m.": 15:30 alone) but never writes a time
+      nobody said."""
     heard = sorted(set().union(*(times_in(text) for text in conversation_text(messages))))
-    if not heard:
-        return schemas
     out = json.loads(json.dumps(schemas))
     for s in out:
-        for spec in s["parameters"].get("properties", {}).values():
-            if spec.get(SAID) and spec.get("pattern") == CLOCK_PATTERN:
+        params = s["parameters"]
+        properties = params.get("properties", {})
+        if "required" in params:
+            params["required"] = [k for k in params["required"] if not properties.get(k, {}).get(SAID)]
+        for spec in properties.values():
+            if heard and spec.get(SAID) and spec.get("pattern") == CLOCK_PATTERN:
                 del spec["pattern"]
                 spec["enum"] = heard
     return out
-

@@ -35,7 +35,7 @@ SCHEMAS = [
      "parameters": {"type": "object", "properties": {
          "name": _SAID, "day": {"type": "string", "enum": list(DAYS), SAID: True},
          "time": {"type": "string", "description": "HH:MM, 24-hour clock", "pattern": CLOCK_PATTERN, SAID: True}, "service": _SAID},
-         "required": ["name", "day", "time", "service"]}},
+         "required": ["service", "day", "time", "name"]}},  # the order the agent asks for them
     {"name": "cancel_appointment", "description": "Cancel the caller's upcoming appointment (on a day, if several).",
      "parameters": {"type": "object", "properties": {
          "name": _SAID, "day": {"type": "string", "enum": list(DAYS), SAID: True}}, "required": ["name"]}},
@@ -316,7 +316,7 @@ Tools:
 
 _COMPACT = """You answer phone calls for {name}. Reply in one or two short spoken sentences.
 For hours, address, phone, services, prices, free times, bookings, cancellations, the date or a person, first call a tool, alone in the reply: <tool_call>{{"name": ..., "arguments": {{...}}}}</tool_call>
-Then answer from its result. Ask for a missing name, service, day or time before booking. Never invent one.
+Then answer from its result. Give a tool only the details the caller said; if it says some are missing, ask for the first.
 Tools:
 {tools}
 day: {days}. time: HH:MM, 24-hour.

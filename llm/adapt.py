@@ -66,10 +66,11 @@ def common_prefix(examples: list[Example]) -> int:
 
 
 def adapt(model: Transformer, examples: list[Example], mask_id: int, opts: AdaptOptions,
-          on_step=None) -> dict[str, torch.Tensor]:
+          on_step=None, init: dict[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
     """Train LoRA matrices and the mask embedding on examples -> the adapter (llm.lora's names, plus
     "mask_embedding"). The model is left wrapped (its LoRALinear layers hold the trained matrices).
-    on_step(step, loss, seconds) is called after each step."""
+    on_step(step, loss, seconds) is called after each step. init: an adapter of the same rank to go on
+    training from (a second stage, with its own schedule)."""
     torch.manual_seed(opts.seed)
     torch.set_num_threads(opts.threads)
     generator = torch.Generator().manual_seed(opts.seed)
@@ -80,6 +81,17 @@ def adapt(model: Transformer, examples: list[Example], mask_id: int, opts: Adapt
     params = lora.add_lora(model, opts.rank, opts.alpha, opts.seed)
     wte = model.transformer.wte.weight
     mask_embedding = torch.nn.Parameter(wte[mask_id].detach().clone())
+    if init is not None:
+        named = dict(model.named_parameters())
+        with torch.no_grad():
+            for name, value in init.items():
+                if name == "mask_embedding":
+                    mask_embedding.copy_(value)
+                elif name not in named or named[name].shape != value.shape:
+                    raise ValueError(f"the initial adapter's {name} {tuple(value.shape)} does not fit this model "
+                                     f"at rank {opts.rank}")
+                else:
+                    named[name].copy_(value)
     optimizer = torch.optim.AdamW([{"params": params, "weight_decay": 0.0},
                                    {"params": [mask_embedding], "weight_decay": 0.0}], lr=opts.lr)
     model.train()

@@ -131,3 +131,31 @@ class RecordingEngine(FakeEngine):
     def generate(self, messages, **kwargs):
         self.kwargs = kwargs
         return super().generate(messages, **kwargs)
+
+
+class SmallContextEngine(FakeEngine):
+    """A model whose context holds `context` words of prompt and reply (one word, one token)."""
+
+    def __init__(self, context: int):
+        super().__init__(lambda m: "Okay.")
+        self.model = type("M", (), {"args": type("A", (), {"max_sequence_length": context})()})()
+
+    def fits(self, messages, max_new_tokens):
+        return sum(len(m["content"].split()) for m in messages) + max_new_tokens <= self.model.args.max_sequence_length
+
+
+def test_a_call_of_any_length_keeps_what_fits_and_moves_its_window_rarely():
+    """max_history_turns 0: every turn while they fit; then the window moves past the oldest turns until half the
+    context is free, so the following turns share the prompt's start (and so its KV cache)."""
+    engine = SmallContextEngine(context=60)
+    agent = Agent(engine, FakeToolbox(), "sys", AgentOptions(max_new_tokens=10, max_history_turns=0))
+    firsts = []
+    for n in range(40):
+        agent.respond(f"question number {n}")
+        prompt = engine.calls[-1]
+        assert prompt[0] == {"role": "system", "content": "sys"} and prompt[-1]["content"] == f"question number {n}"
+        assert engine.fits(prompt, 10)
+        firsts.append(prompt[1]["content"])
+    assert firsts[:8] == ["question number 0"] * 8  # nothing dropped while it fits
+    moves = sum(a != b for a, b in zip(firsts, firsts[1:]))
+    assert 3 <= moves <= 10  # the window moved several turns at a time, not every turn

@@ -1,6 +1,9 @@
 """Block diffusion on a left-to-right model (llm.blockdiff) and its LoRA adaptation (llm.lora, llm.adapt), on
 tiny random models: the sampler's attention is the one training teaches, one token per pass is exactly greedy
 left-to-right decoding, and the prefix cache changes nothing but the cost."""
+import dataclasses
+
+import pytest
 import torch
 
 from llm import lora
@@ -150,6 +153,22 @@ def test_adapt_lowers_the_loss_and_is_deterministic():
     model = tiny()
     apply_adapter(model, adapter, 2.0, MASK)
     assert torch.equal(model.transformer.wte.weight[MASK], adapter["mask_embedding"])
+
+
+def test_a_second_stage_goes_on_from_the_first_adapter():
+    ids = prompt(40, seed=5)
+    examples = [Example(ids, [(20, 30), (34, 40)])]
+    opts = AdaptOptions(steps=12, batch_size=1, lr=1e-2, warmup_steps=1, rank=4, alpha=8.0, threads=1)
+    first_losses, second_losses = [], []
+    adapter = adapt(tiny(), examples, MASK, opts, on_step=lambda step, loss, s: first_losses.append(loss))
+    frozen = {k: v.clone() for k, v in adapter.items()}
+    quiet = AdaptOptions(steps=1, batch_size=1, lr=1e-9, warmup_steps=1, rank=4, alpha=8.0, threads=1)
+    again = adapt(tiny(), examples, MASK, quiet, on_step=lambda step, loss, s: second_losses.append(loss),
+                  init=adapter)
+    assert second_losses[0] < first_losses[0] / 2  # it starts where the first stage ended, not from the base
+    assert all(torch.allclose(again[k], frozen[k], atol=1e-6) for k in frozen)
+    with pytest.raises(ValueError, match="does not fit"):
+        adapt(tiny(), examples, MASK, dataclasses.replace(quiet, rank=2), init=adapter)
 
 
 def test_packed_loss_pads_without_changing_a_sequence():

@@ -169,3 +169,32 @@ def test_evaluation_scores_a_perfect_and_a_wrong_agent(profile):
     assert perfect["no_call_accuracy"] == 1.0 and perfect["tool_call_turns"] > 5
     never_calls = evaluate(FakeEngine(lambda messages: "Sure."), profile, 12, seed=5).summary()
     assert never_calls["tool_call_exact_match"] == 0.0 and never_calls["no_call_accuracy"] == 1.0
+
+
+def test_the_adapt_recipes_dialogues_are_what_the_agent_writes_when_it_replays_them(profile):
+    """Train as you run: replayed through the real Agent (the embedded brain's options, real tools and store),
+    a model that writes the dialogue's assistant messages gets exactly the dialogue's history back, questions
+    for missing details included: the call that lacked them as the agent holds it, and what it was told."""
+    from app.agent import Agent, AgentOptions
+    from app.commands.adapt import DIALOGUES
+    from app.store import open_store
+    from app.tools import Toolbox
+    from tests.fakes import FakeEngine
+
+    dialogues = generate(profile, "train", 60, seed=4, style=DIALOGUES)
+    asked = 0
+    for d in dialogues:
+        written = iter(m["content"] for m in d.messages if m["role"] == "assistant")
+        store = open_store(":memory:")
+        for name, service, start, duration in d.setup:
+            store.add(name, service, start, duration)
+        toolbox = Toolbox(profile, store, now=lambda d=d: d.now)
+        options = AgentOptions(cache="block", block_length=1, tool_grammar=False, max_history_turns=0)
+        agent = Agent(FakeEngine(lambda m: next(written), block_words=1000), toolbox, "system", options)
+        for m in d.messages:
+            if m["role"] == "user":
+                agent.respond(m["content"])
+        assert agent.messages == d.messages
+        asked += sum('"missing"' in m["content"] for m in d.messages if m["role"] == "tool")
+    assert asked >= 20
+    assert sum(sum(m["role"] == "user" for m in d.messages) >= 4 for d in dialogues) >= 10  # long calls too

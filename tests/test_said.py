@@ -1,9 +1,10 @@
 """The one rule for tool arguments the caller must have said (app.said), and the agent asking instead of
 running a call whose detail nobody gave."""
+import json
 from datetime import datetime
 
 from app.agent import Agent, AgentOptions, format_tool_call
-from app.said import is_said, unsaid
+from app.said import held, is_said, unsaid
 from app.store import open_store
 from app.tools import SCHEMAS, Toolbox, load_profile
 from tests.fakes import FakeEngine
@@ -48,14 +49,37 @@ def _agent(replies: list[str]):
     return Agent(engine, toolbox, "system", options), engine
 
 
-def test_a_call_with_a_detail_nobody_gave_is_not_run_the_agent_asks():
+def test_a_call_with_a_detail_nobody_gave_is_not_run_the_model_hears_what_is_missing_and_asks():
     booking = format_tool_call("book_appointment", {"name": "Ana", "day": "tomorrow", "time": "15:00",
                                                     "service": "haircut"})
-    agent, engine = _agent([booking, "What time would you like?"])
+    agent, engine = _agent([booking, "What time tomorrow works for you?"])
     turn = agent.respond("I'd like a haircut tomorrow, I'm Ana.")
     assert turn.tool_calls == []
-    assert turn.reply == "What time would you like?"
+    assert turn.reply == "What time tomorrow works for you?"
     assert len(engine.calls) == 2
+    # the history holds the call as held (the unsaid time dropped) and what it lacked, in the schema's order
+    assert agent.messages[1]["content"] == format_tool_call("book_appointment", {"name": "Ana", "day": "tomorrow",
+                                                                                 "service": "haircut"})
+    assert json.loads(agent.messages[2]["content"]) == {"name": "book_appointment",
+                                                       "result": {"ok": False, "missing": ["time"]}}
+    assert engine.calls[1][-1] == agent.messages[2]  # the question was written after it
+
+
+def test_a_call_that_leaves_out_details_is_answered_with_the_first_missing_in_the_schemas_order():
+    booking = format_tool_call("book_appointment", {"name": "Ana"})
+    agent, _ = _agent([booking, "What service would you like?"])
+    turn = agent.respond("I want to book something, I'm Ana.")
+    assert turn.tool_calls == [] and turn.reply == "What service would you like?"
+    missing = json.loads(agent.messages[2]["content"])["result"]["missing"]
+    assert missing == ["service", "day", "time"]
+
+
+def test_the_grammar_lets_a_call_leave_out_what_was_not_said_yet():
+    schemas = held(SCHEMAS, [{"role": "user", "content": "a haircut please"}])
+    book = next(s for s in schemas if s["name"] == "book_appointment")["parameters"]
+    assert book["required"] == []
+    business = next(s for s in schemas if s["name"] == "business_info")["parameters"]
+    assert business["required"] == ["topic"]  # not an x-said argument: still required
 
 
 def test_a_call_whose_details_were_all_said_runs():
@@ -77,22 +101,21 @@ def test_an_optional_detail_nobody_gave_is_dropped_from_the_call():
 
 
 def test_clock_times_are_held_to_those_the_conversation_said():
-    from app.said import narrowed
-
-    said = narrowed(SCHEMAS, [{"role": "user", "content": "Friday at 3:30 p.m., or maybe three thirty"}])
+    said = held(SCHEMAS, [{"role": "user", "content": "Friday at 3:30 p.m., or maybe three thirty"}])
     book = next(s for s in said if s["name"] == "book_appointment")["parameters"]["properties"]
     assert book["time"]["enum"] == ["03:30", "15:30"]
-    assert narrowed(SCHEMAS, [{"role": "user", "content": "Friday, please"}]) == SCHEMAS  # nothing said: free
+    free = held(SCHEMAS, [{"role": "user", "content": "Friday, please"}])  # no time said: any time
+    assert next(s for s in free if s["name"] == "book_appointment")["parameters"]["properties"]["time"] == \
+        next(s for s in SCHEMAS if s["name"] == "book_appointment")["parameters"]["properties"]["time"]
 
 
-def test_the_narrowed_grammar_refuses_a_time_nobody_said():
-    from app.said import narrowed
+def test_the_held_grammar_refuses_a_time_nobody_said():
     from app.schema_grammar import ReplyGrammar
     from tokenizers import Tokenizer
     from app.settings import DEFAULT_LLM_DIR
 
     tokenizer = Tokenizer.from_file(str(DEFAULT_LLM_DIR / "tokenizer.json"))
-    schemas = narrowed(SCHEMAS, [{"role": "user", "content": "a haircut Friday at 3:30 pm for Ana"}])
+    schemas = held(SCHEMAS, [{"role": "user", "content": "a haircut Friday at 3:30 pm for Ana"}])
     grammar = ReplyGrammar(tokenizer, schemas, (tokenizer.token_to_id("<|end|>"),), tokenizer.get_vocab_size())
 
     def accepts(time):

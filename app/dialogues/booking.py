@@ -66,8 +66,8 @@ def booking(s: Script) -> None:
     slots = {"service": service_said, "day": day, "time": start, "name": name}
     given = set(slots) if s.rng.random() < 0.45 else {k for k in slots if s.rng.random() < 0.5}
     s.user(request_text(s, slots, given), "book")
-    ask_missing(s, slots, given)
     args = {"name": name, "day": day, "time": start.strftime("%H:%M"), "service": service}
+    ask_missing(s, slots, given, args)
     result = s.call("book_appointment", args)
     if not result["ok"] and s.rng.random() < 0.6:
         retry(s, args, result)
@@ -94,17 +94,20 @@ def request_text(s: Script, slots: dict, given: set) -> str:
     return " ".join(p for p in parts if p)
 
 
-def ask_missing(s: Script, slots: dict, given: set) -> None:
-    """Ask for each missing slot in order service, day, time, name; the caller answers (day and time at once, sometimes)."""
+def ask_missing(s: Script, slots: dict, given: set, args: dict) -> None:
+    """Ask for each missing slot in order service, day, time, name (book_appointment's `required` order); the
+    caller answers (day and time at once, sometimes). `args`: the booking's arguments, of which the given ones are
+    known when the agent asks (Script.ask)."""
     given = set(given)
     for slot in ("service", "day", "time", "name"):
         if slot in given:
             continue
+        known = {k: v for k, v in args.items() if k in given}
         if slot == "service":
-            s.say(ASK_SERVICE)
+            s.ask(ASK_SERVICE, "book_appointment", known)
             s.user(s.pick(T.ANSWER_SERVICE).format(service=slots["service"]), "book")
         elif slot == "day":
-            s.say(ASK_DAY)
+            s.ask(ASK_DAY, "book_appointment", known)
             if "time" not in given and s.rng.random() < 0.5:
                 s.user(s.pick(T.ANSWER_DAY_TIME).format(day=s.say_day(slots["day"]),
                                                         time=s.say_time(slots["time"].time())), "book")
@@ -112,10 +115,10 @@ def ask_missing(s: Script, slots: dict, given: set) -> None:
             else:
                 s.user(s.pick(T.ANSWER_DAY).format(day=s.say_day(slots["day"])), "book")
         elif slot == "time":
-            s.say(ask_time(slots["day"]))
+            s.ask(ask_time(slots["day"]), "book_appointment", known)
             s.user(s.pick(T.ANSWER_TIME).format(time=s.say_time(slots["time"].time())), "book")
         else:
-            s.say(ASK_NAME)
+            s.ask(ASK_NAME, "book_appointment", known)
             s.user(s.pick(T.ANSWER_NAME).format(name=slots["name"]), "book")
         given.add(slot)
 

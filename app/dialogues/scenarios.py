@@ -61,8 +61,9 @@ def _existing(s: Script, name: str, count: int) -> list[datetime]:
     return starts
 
 
-def _named_request(s: Script, text: str, name: str, intent: str) -> bool:
-    """The caller's request, with their name (True) or without, in which case the agent asks for it."""
+def _named_request(s: Script, text: str, name: str, intent: str, tool: str, known: dict) -> bool:
+    """The caller's request, with their name (True) or without, in which case the agent asks for it (a request
+    of `tool`, whose other details `known` the caller gave)."""
     if s.rng.random() < 0.6:
         if s.rng.random() < 0.5:
             s.user(f"{s.pick(T.NAME_FIRST).format(name=name)} {text}", intent)
@@ -70,7 +71,7 @@ def _named_request(s: Script, text: str, name: str, intent: str) -> bool:
             s.user(f"{text} {s.pick(T.NAME_LAST).format(name=name)}", intent)
         return True
     s.user(text, intent)
-    s.say(ASK_NAME_FOR_LOOKUP)
+    s.ask(ASK_NAME_FOR_LOOKUP, tool, known)
     s.user(s.pick(T.ANSWER_NAME).format(name=name), intent)
     return False
 
@@ -84,7 +85,7 @@ def cancel(s: Script) -> None:
         text = s.pick(T.CANCEL_DAY).format(day=s.say_day(args["day"]))
     else:
         text = s.pick(T.CANCEL)
-    _named_request(s, text, name, "cancel")
+    _named_request(s, text, name, "cancel", "cancel_appointment", {k: v for k, v in args.items() if k != "name"})
     result = s.call("cancel_appointment", args)
     if not result["ok"] and "appointments:" in result["error"]:
         day = s.day_key(s.rng.choice(starts).date())
@@ -95,7 +96,7 @@ def cancel(s: Script) -> None:
 def look_up(s: Script) -> None:
     name = s.name()
     _existing(s, name, s.rng.choices((0, 1, 2), weights=(3, 6, 1))[0])
-    _named_request(s, s.pick(T.LIST), name, "list")
+    _named_request(s, s.pick(T.LIST), name, "list", "list_appointments", {})
     s.call("list_appointments", {"name": name})
 
 

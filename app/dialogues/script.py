@@ -7,6 +7,7 @@ from app.agent import format_tool_call, tool_message
 from app.dialogues import phrases, variants
 from app.dialogues.replies import reply_to
 from app.profile import WEEKDAYS, Profile, Service
+from app.said import missing_result
 from app.store import open_store
 from app.heard import NOT_NAMES
 from app.tools import Toolbox
@@ -31,9 +32,11 @@ class Dialogue:
 class Script:
     """Writes one dialogue; picks values and phrasings from its split only."""
 
-    def __init__(self, profile: Profile, split: str, rng: random.Random, now: datetime, variants: bool = False):
+    def __init__(self, profile: Profile, split: str, rng: random.Random, now: datetime, variants: bool = False,
+                 ask_by_call: bool = False):
         self.profile, self.split, self.rng, self.now = profile, split, rng, now
         self.variants = variants and split == "train"  # app.dialogues.variants: more phrasings for training
+        self.ask_by_call = ask_by_call  # the agent asks for a detail after a call that lacked it (ask)
         self.store = open_store(":memory:")
         self.toolbox = Toolbox(profile, self.store, now=lambda: now)
         self.dialogue = Dialogue(now=now, setup=[])
@@ -162,6 +165,18 @@ class Script:
 
     def say(self, text: str) -> None:
         self.dialogue.messages.append({"role": "assistant", "content": text})
+
+    def ask(self, question: str, tool: str, known: dict) -> None:
+        """The agent asks for a detail of a `tool` request. With ask_by_call, as the SmolLM2 brain does: first a
+        call of `tool` with the details `known` so far, which is not run but answered with the required ones it
+        lacks, in the schema's order (app.said), then the question for the first of them."""
+        if self.ask_by_call:
+            schema = next(s for s in self.toolbox.schemas() if s["name"] == tool)
+            known = {k: v for k, v in known.items() if v not in (None, "")}
+            missing = [k for k in schema["parameters"].get("required", ()) if k not in known]
+            self.dialogue.messages.append({"role": "assistant", "content": format_tool_call(tool, known)})
+            self.dialogue.messages.append(tool_message(tool, missing_result(missing)))
+        self.say(question)
 
     def call(self, tool: str, arguments: dict) -> dict:
         """The assistant calls `tool`; the real tool runs; its result is fed back; the grounded reply follows."""
