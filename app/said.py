@@ -69,6 +69,12 @@ def unsaid(name: str, arguments: dict, schemas: list[dict], messages: list[dict]
             and not is_said(value, texts, profile)]
 
 
+def lacking(schema: dict, arguments: dict) -> list[str]:
+    """The required arguments of `schema` that `arguments` lacks (absent or empty), in the order of its `required`
+    list (the order the agent asks for them)."""
+    return [k for k in schema["parameters"].get("required", ()) if arguments.get(k) in (None, "")]
+
+
 def settle(name: str, arguments: dict, schemas: list[dict], messages: list[dict], profile=None) -> tuple[dict, list[str]]:
     """The call's arguments less every x-said one nobody said, and the required arguments it then lacks, in the
     order of the schema's `required` list (the order the agent asks for them). A call that lacks none runs ("what
@@ -79,7 +85,7 @@ def settle(name: str, arguments: dict, schemas: list[dict], messages: list[dict]
         return arguments, []
     unsaid_keys = set(unsaid(name, arguments, schemas, messages, profile))
     kept = {k: v for k, v in arguments.items() if k not in unsaid_keys}
-    return kept, [k for k in schema["parameters"].get("required", ()) if kept.get(k) in (None, "")]
+    return kept, lacking(schema, kept)
 
 
 def missing_result(missing: list[str]) -> dict:

@@ -10,7 +10,7 @@ from datetime import date, datetime, time, timedelta
 from typing import Callable
 
 from app.profile import WEEKDAYS, Profile, Service, load_profile  # noqa: F401 (re-exported for app.services)
-from app.said import CLOCK_PATTERN, SAID
+from app.said import CLOCK_PATTERN, SAID, lacking
 from app.store import Appointment, Store, open_store  # noqa: F401
 
 DAYS = ("today", "tomorrow") + WEEKDAYS
@@ -132,7 +132,7 @@ class Toolbox:
             return {"ok": False, "error": "Arguments must be a JSON object."}
         params = schema["parameters"]
         unknown = set(arguments) - set(params["properties"])
-        missing = [k for k in params.get("required", ()) if arguments.get(k) in (None, "")]
+        missing = lacking(schema, arguments)
         if unknown:
             return {"ok": False, "error": f"{name} takes no argument {sorted(unknown)[0]!r}."}
         if missing:

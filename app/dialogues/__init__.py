@@ -41,8 +41,8 @@ def write_dialogue(profile: Profile, split: str, rng: random.Random, style: Styl
         scenarios.small_talk(s, rng.choice(("greeting", "greeting", "how_are_you")))
     kinds = list(MAIN) + list(MAIN_SMALL_TALK)
     weights = list(MAIN.values()) + list(MAIN_SMALL_TALK.values())
-    for n in range(MAX_REQUESTS):
-        if n and not rng.random() < style.more_requests:
+    for n in range(MAX_REQUESTS):  # no draw at all without more_requests: the from-scratch data stays as it was
+        if n and (style.more_requests == 0.0 or not rng.random() < style.more_requests):
             break
         kind = rng.choices(kinds, weights=weights)[0]
         if kind in MAIN_SMALL_TALK:
@@ -51,8 +51,6 @@ def write_dialogue(profile: Profile, split: str, rng: random.Random, style: Styl
             kind(s)
         if rng.random() < 0.3:
             scenarios.small_talk(s, "thanks")
-        if style.more_requests == 0.0:
-            break
     if rng.random() < 0.3:
         scenarios.goodbye(s)
     return s.finish()

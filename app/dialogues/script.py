@@ -7,7 +7,7 @@ from app.agent import format_tool_call, tool_message
 from app.dialogues import phrases, variants
 from app.dialogues.replies import reply_to
 from app.profile import WEEKDAYS, Profile, Service
-from app.said import missing_result
+from app.said import lacking, missing_result
 from app.store import open_store
 from app.heard import NOT_NAMES
 from app.tools import Toolbox
@@ -172,10 +172,8 @@ class Script:
         lacks, in the schema's order (app.said), then the question for the first of them."""
         if self.ask_by_call:
             schema = next(s for s in self.toolbox.schemas() if s["name"] == tool)
-            known = {k: v for k, v in known.items() if v not in (None, "")}
-            missing = [k for k in schema["parameters"].get("required", ()) if k not in known]
             self.dialogue.messages.append({"role": "assistant", "content": format_tool_call(tool, known)})
-            self.dialogue.messages.append(tool_message(tool, missing_result(missing)))
+            self.dialogue.messages.append(tool_message(tool, missing_result(lacking(schema, known))))
         self.say(question)
 
     def call(self, tool: str, arguments: dict) -> dict:
