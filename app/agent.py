@@ -76,6 +76,7 @@ class AgentOptions:
     cache: str = "prefix"           # the sampler's KV cache (llm.generate.CACHE_MODES); "left" for Parley's model
     max_tool_rounds: int = 3        # tool calls in one turn before the agent stops asking
     max_history_turns: int = 8      # user turns kept in the prompt; 0: as many as fit (Agent.prompt)
+    draft_length: int = 0           # cache "block": tokens a pass guessed by prompt lookup and verified (exact)
     # tool calls decoded under the tools' grammar (app.tool_grammar): with cache "left" and an engine that has a
     # tokenizer. NOTE: measured with the shipped model in docs/EMBEDDED_MODEL.md
     tool_grammar: bool = True
@@ -86,7 +87,7 @@ class AgentOptions:
         return self.tool_grammar and self.cache == "left"
 
 
-DECODE_FIELDS = ("max_new_tokens", "block_length", "threshold", "cache", "max_history_turns")
+DECODE_FIELDS = ("max_new_tokens", "block_length", "threshold", "cache", "max_history_turns", "draft_length")
 
 
 def agent_options_for(model_dir) -> AgentOptions:
@@ -94,7 +95,8 @@ def agent_options_for(model_dir) -> AgentOptions:
     block_length, threshold, cache, max_history_turns) applied; a checkpoint without them gets the defaults."""
     if Path(model_dir).suffix == ".gguf":  # a left-to-right base read from one file: its greedy decoding, held to
         # the tools' schemas (llm.blockdiff with one token a pass), and as much of the call as fits
-        return dataclasses.replace(AgentOptions(), cache="block", block_length=1, threshold=1.0, max_history_turns=0)
+        return dataclasses.replace(AgentOptions(), cache="block", block_length=1, threshold=1.0, max_history_turns=0,
+                                   draft_length=8)
     path = Path(model_dir) / "generation_config.json"
     try:
         prefs = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
@@ -244,7 +246,8 @@ class Agent:
             replies = self._reply_grammar(messages, speech_only=call is False)
             return self.engine.generate(messages, max_new_tokens=opts.max_new_tokens, block_length=opts.block_length,
                                         threshold=opts.threshold, use_cache="block", on_block=on_block,
-                                        cancel=cancel, matcher=None if replies is None else replies.start())
+                                        cancel=cancel, matcher=None if replies is None else replies.start(),
+                                        draft_length=opts.draft_length)
         grammar = self._grammar()
         extra = {}
         said = None if grammar is None else heard(messages, self.toolbox.profile)
@@ -303,7 +306,7 @@ class Agent:
             return None
         from app.schema_grammar import grammar_for
 
-        schemas = [] if speech_only else held(self.toolbox.schemas(), messages)
+        schemas = [] if speech_only else held(self.toolbox.schemas(), messages, self.toolbox.profile)
         return grammar_for(tokenizer, schemas, self.engine.special.stop, self.engine.model.args.vocab_size)
 
     def _grammar(self):

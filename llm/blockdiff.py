@@ -35,13 +35,19 @@ class BlockOptions:
     block_length: int = 4         # positions filled in parallel (4: close to the pretrained left-to-right behaviour)
     threshold: float = 0.9        # commit the next masked position while its confidence is at least this
     stop_at_eos: bool = True      # False: always write max_new_tokens (benchmarks)
+    draft_length: int = 0         # with a drafter: up to this many guessed tokens a pass, verified exactly
 
     def __post_init__(self):
-        if self.max_new_tokens < 1 or self.block_length < 1:
+        if self.max_new_tokens < 1 or self.block_length < 1 or self.draft_length < 0:
             raise ValueError(f"max_new_tokens={self.max_new_tokens} and block_length={self.block_length} "
-                             "must be >= 1")
+                             f"must be >= 1, draft_length={self.draft_length} >= 0")
         if not 0.0 < self.threshold <= 1.0:
             raise ValueError(f"threshold={self.threshold} must be in (0, 1]")
+
+
+class Drafter(Protocol):
+    """Guesses of the next tokens (llm.drafter.Drafter: prompt lookup)."""
+    def propose(self, ids: list[int], k: int) -> list[int]: ...
 
 
 class Matcher(Protocol):
@@ -77,35 +83,43 @@ class PrefixCache:
 
 def _pass(model: Transformer, cache: KVCache, start: int, clean: torch.Tensor, canvas: torch.Tensor):
     """One causal forward pass: `clean` (C,) ids at positions start.., then `canvas` (L,) right after them; both
-    see the cache's first `start` positions. The clean keys are written into
-    the cache. -> hidden (C + L, d) after the final layer (before the head's norm)."""
+    see the cache's first `start` positions. The keys of both are written into the cache, where attention reads
+    them in place; only the clean ones count as held (PrefixCache.ids), a later pass overwrites the canvas's.
+    -> hidden (C + L, d) after the final layer (before the head's norm)."""
     ids = torch.cat([clean, canvas])[None]  # (1, T)
-    C, T = clean.numel(), ids.shape[1]
+    T = ids.shape[1]
     end = start + T
-    if end > model.args.max_sequence_length:
+    if end > min(model.args.max_sequence_length, cache.max_len):
         raise ValueError(f"sequence of {end} tokens exceeds max_sequence_length={model.args.max_sequence_length}")
     cos, sin = model.rope_cos[start:end], model.rope_sin[start:end]  # (T, D)
-    rows = torch.arange(T, device=ids.device)[:, None]
-    chunk = torch.arange(T, device=ids.device)[None, :] <= rows  # (T, T) causal, the canvas included
-    mask = torch.cat([torch.ones(T, start, dtype=torch.bool, device=ids.device), chunk], dim=1)  # (T, start+T)
+    mask = None  # one row sees every key
+    if T > 1:
+        rows = torch.arange(T, device=ids.device)[:, None]
+        chunk = torch.arange(T, device=ids.device)[None, :] <= rows  # (T, T) causal, the canvas included
+        mask = torch.cat([torch.ones(T, start, dtype=torch.bool, device=ids.device), chunk], dim=1)  # (T, end)
     x = model.embed(ids)  # (1, T, d)
-    groups = model.args.n_heads // model.args.n_kv_heads
     for i, block in enumerate(model.transformer.blocks):
         q, k, v = block.project(block.attn_norm(x))  # q (1, H, T, D), k v (1, Hkv, T, D)
         q, k = kernels.rope(q, k, cos, sin)
-        cache.k[i][:, :, start:start + C] = k[:, :, :C]
-        cache.v[i][:, :, start:start + C] = v[:, :, :C]
-        keys = torch.cat([cache.k[i][:, :, :start], k], dim=2)  # (1, Hkv, start + T, D)
-        values = torch.cat([cache.v[i][:, :, :start], v], dim=2)
-        keys, values = keys.repeat_interleave(groups, dim=1), values.repeat_interleave(groups, dim=1)
-        y = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)  # (1, H, T, D)
+        cache.k[i][:, :, start:end] = k
+        cache.v[i][:, :, start:end] = v
+        y = F.scaled_dot_product_attention(q, cache.k[i][:, :, :end], cache.v[i][:, :, :end], attn_mask=mask,
+                                           enable_gqa=True)  # (1, H, T, D)
         x = block.mlp(x + block.merge(y))
     return x[0]
 
 
+def _logits(model: Transformer, rows: torch.Tensor, mask_id: int) -> torch.Tensor:
+    """The head's logits (fp32) for hidden rows (n, d); the mask token is never a prediction."""
+    logits = model.head(rows[None])[0].float()
+    logits[:, mask_id] = float("-inf")
+    return logits
+
+
 def block_reply(model: Transformer, prompt: list[int], special: SpecialIds, opts: BlockOptions,
                 prefix: PrefixCache, on_block: Callable[[list[int]], None] | None = None,
-                cancel: threading.Event | None = None, matcher: Matcher | None = None) -> Decoded:
+                cancel: threading.Event | None = None, matcher: Matcher | None = None,
+                drafter: Drafter | None = None) -> Decoded:
     """Write a reply after `prompt`, up to block_length tokens a pass; on_block gets each pass's committed ids
     (the stop token excluded).
 
@@ -114,6 +128,11 @@ def block_reply(model: Transformer, prompt: list[int], special: SpecialIds, opts
     would, and mask row j the token j + 1 after it. The confident prefix of those predictions is committed.
     Tokens the grammar forces after it (the only one it allows: a tool call's keys and punctuation) are
     committed without a pass, as the model would have written them, and run with the next pass's.
+
+    With a drafter and opts.draft_length, a guess of the next tokens (prompt lookup: a reply repeats the caller's
+    name, the tool result's date, the system prompt's address) takes the masks' place when there is one. A row
+    after a guessed token is the base model's own when the guess was what it committed, so it commits whatever
+    its confidence; the first wrong guess ends the pass. The reply is the one without a drafter, in fewer passes.
     """
     if not model.args.shift_logits:
         raise ValueError("block diffusion reuses a left-to-right head: it needs a shift_logits model")
@@ -127,20 +146,29 @@ def block_reply(model: Transformer, prompt: list[int], special: SpecialIds, opts
     while True:
         if cancel is not None and cancel.is_set():
             return Decoded(tokens, passes, "cancelled")
-        room = min(opts.block_length, opts.max_new_tokens - len(tokens))
+        left = opts.max_new_tokens - len(tokens)
+        guess = drafter.propose(prefix.ids + clean, min(opts.draft_length, left - 1)) if drafter else []
+        canvas = guess or [special.mask] * (min(opts.block_length, left) - 1)
         hidden = _pass(model, prefix.cache, start, torch.tensor(clean, dtype=torch.long, device=device),
-                       torch.full((room - 1,), special.mask, dtype=torch.long, device=device))
+                       torch.tensor(canvas, dtype=torch.long, device=device))
         passes += 1
         prefix.ids += clean
         start += len(clean)
-        logits = model.head(hidden[len(clean) - 1:][None])[0].float()  # (room, V): row j predicts new token j
-        logits[:, special.mask] = float("-inf")
+        rows = hidden[len(clean) - 1:]  # row j predicts new token j
+        # a guessed pass needs its other rows only when the first guess is right: the head (a 49152-word product
+        # a row) runs on the first row alone first
+        logits = _logits(model, rows[:1] if guess else rows, special.mask)
         new, stopped = [], False
-        for row in logits:
+        for j in range(len(rows)):
+            if guess and j and guess[j - 1] != new[-1]:
+                break  # this row read a guess that was not committed
+            if j == len(logits):
+                logits = torch.cat([logits, _logits(model, rows[j:], special.mask)])
+            row = logits[j]
             if matcher is not None:
                 row = row.masked_fill(~matcher.allowed(), float("-inf"))
             confidence, token = torch.softmax(row, dim=-1).max(dim=-1)
-            if new and confidence.item() < opts.threshold:
+            if new and not guess and confidence.item() < opts.threshold:
                 break
             token = token.item()
             if matcher is not None and not matcher.accept(token):

