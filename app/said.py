@@ -21,6 +21,7 @@ SAID = "x-said"  # the schema keyword: this argument must have been said in the 
 CLOCK_PATTERN = "^[0-2][0-9]:[0-5][0-9]$"  # a schema's "pattern" for a clock time, HH:MM on a 24-hour clock
 _HHMM = re.compile(r"^\d{2}:\d{2}$")
 _SENTENCE_WORDS = re.compile(r"[\w']+")
+_WRITTEN_WORD = re.compile(r"[^\W_]+(?:'[^\W_]+)*")  # letters and digits, with inner apostrophes (O'Brien)
 
 
 def fold(text: str) -> str:
@@ -93,15 +94,37 @@ def missing_result(missing: list[str]) -> dict:
     return {"ok": False, "missing": list(missing)}
 
 
-def held(schemas: list[dict], messages: list[dict]) -> list[dict]:
+def words_pattern(texts: list[str], profile=None) -> str | None:
+    """A pattern (for a schema's "pattern") of the strings made of words the conversation's `texts` said, as they
+    were written, joined by spaces or hyphens; the words of a profile's service count when the service was said
+    (by its name or an alias: "kids haircut" for "a haircut for my son"). None: nothing said.
+
+    NOTE: with each word also capitalized, the adapter wrote "On Noah" for "This is Noah calling": it had begun a
+    name of its own ("O" for "Owen") and "On" was the allowed word that went on from there."""
+    forms = set(_WRITTEN_WORD.findall(" ".join(texts)))
+    for service in getattr(profile, "services", ()):
+        if is_said(service.name, texts, profile):
+            forms.update(_WRITTEN_WORD.findall(service.name))
+    if not forms:
+        return None
+    word = "(?:" + "|".join(re.escape(form) for form in sorted(forms)) + ")"
+    return f"^{word}(?:[ -]{word})*$"
+
+
+def held(schemas: list[dict], messages: list[dict], profile=None) -> list[dict]:
     """The schemas as the reply grammar holds a call to them, for `messages`:
     - a required x-said argument may be left out: the caller may not have said it yet, and a call that lacks it
       is answered with what is missing (`settle`), so the model writes the details it has instead of inventing
       the rest;
     - an x-said clock time (CLOCK_PATTERN) is one of the times the conversation said, when it said any: the model
       chooses between readings ("three thirty": 03:30 or 15:30; "3:30 p.m.": 15:30 alone) but never writes a time
-      nobody said."""
-    heard = sorted(set().union(*(times_in(text) for text in conversation_text(messages))))
+      nobody said;
+    - any other x-said string without an enum or a pattern of its own (a name, a service) is made of words the
+      conversation said (`words_pattern`): the model picks the caller's words ("Noah Smith"), never a name of
+      its own ("Owen Smith", which `settle` would drop, leaving the call to ask for the name again)."""
+    texts = conversation_text(messages)
+    heard = sorted(set().union(*(times_in(text) for text in texts)))
+    free = words_pattern(texts, profile)
     out = json.loads(json.dumps(schemas))
     for s in out:
         params = s["parameters"]
@@ -109,7 +132,11 @@ def held(schemas: list[dict], messages: list[dict]) -> list[dict]:
         if "required" in params:
             params["required"] = [k for k in params["required"] if not properties.get(k, {}).get(SAID)]
         for spec in properties.values():
-            if heard and spec.get(SAID) and spec.get("pattern") == CLOCK_PATTERN:
+            if not spec.get(SAID) or spec.get("type") != "string":
+                continue
+            if heard and spec.get("pattern") == CLOCK_PATTERN:
                 del spec["pattern"]
                 spec["enum"] = heard
+            elif free and "pattern" not in spec and "enum" not in spec:
+                spec["pattern"] = free
     return out

@@ -72,6 +72,9 @@ def _hour(words: list[str], i: int) -> tuple[int, int, int] | None:
         return None  # a day of the month: "December 2", "the 3rd"
     if nxt == "o'clock":
         return hour, 0, 2
+    after = words[i + 2] if i + 2 < len(words) else ""
+    if w.isdigit() and len(nxt) == 2 and nxt.isdigit() and int(nxt) <= 59 and after in ("am", "pm"):
+        return hour, int(nxt), 2  # Whisper's "3 30 p.m." (only before am/pm: "2 30-minute slots" stays numbers)
     if nxt == "oh" and not w.isdigit():  # "nine oh five"
         minute = _number(words, i + 2, 9)
         if minute:

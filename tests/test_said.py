@@ -112,9 +112,9 @@ def test_clock_times_are_held_to_those_the_conversation_said():
 def test_the_held_grammar_refuses_a_time_nobody_said():
     from app.schema_grammar import ReplyGrammar
     from tokenizers import Tokenizer
-    from app.settings import DEFAULT_LLM_DIR
+    from app.settings import FRONTDESK_LLM_DIR
 
-    tokenizer = Tokenizer.from_file(str(DEFAULT_LLM_DIR / "tokenizer.json"))
+    tokenizer = Tokenizer.from_file(str(FRONTDESK_LLM_DIR / "tokenizer.json"))
     schemas = held(SCHEMAS, [{"role": "user", "content": "a haircut Friday at 3:30 pm for Ana"}])
     grammar = ReplyGrammar(tokenizer, schemas, (tokenizer.token_to_id("<|end|>"),), tokenizer.get_vocab_size())
 
@@ -126,3 +126,32 @@ def test_the_held_grammar_refuses_a_time_nobody_said():
 
     assert accepts("15:30")
     assert not accepts("14:30")
+
+
+def test_names_and_services_are_held_to_words_the_conversation_said():
+    import re
+
+    messages = [{"role": "user", "content": "Hi, this is Noah Smith. A kids cut Friday, and one for Jean-Luc O'Brien"}]
+    book = next(s for s in held(SCHEMAS, messages, PROFILE) if s["name"] == "book_appointment")
+    properties = book["parameters"]["properties"]
+    name, service = properties["name"]["pattern"], properties["service"]["pattern"]
+    assert re.fullmatch(name, "Noah Smith") and re.fullmatch(name, "Noah") and re.fullmatch(name, "Jean-Luc O'Brien")
+    assert not re.fullmatch(name, "Owen Smith") and not re.fullmatch(name, "Noah Smith!")
+    assert re.fullmatch(service, "kids haircut")  # the profile's name of the service the caller called "kids cut"
+    assert not re.fullmatch(service, "hair coloring")  # a service nobody asked for
+    assert "pattern" not in properties["day"]  # a day is held by its enum, a time by the times said
+
+    from app.schema_grammar import ReplyGrammar
+    from tokenizers import Tokenizer
+    from app.settings import FRONTDESK_LLM_DIR
+
+    tokenizer = Tokenizer.from_file(str(FRONTDESK_LLM_DIR / "tokenizer.json"))
+    grammar = ReplyGrammar(tokenizer, held(SCHEMAS, messages, PROFILE), (tokenizer.token_to_id("<|end|>"),),
+                           tokenizer.get_vocab_size())
+
+    def accepts(who):
+        call = format_tool_call("list_appointments", {"name": who})
+        matcher = grammar.start()
+        return all(matcher.accept(t) for t in tokenizer.encode(call, add_special_tokens=False).ids)
+
+    assert accepts("Noah Smith") and not accepts("Owen Smith")
