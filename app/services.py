@@ -1,4 +1,5 @@
 """The models and tools, loaded once per process and shared by every session."""
+import ctypes
 import logging
 import os
 import time
@@ -64,12 +65,23 @@ class Services:
         system = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
         self.engine.generate(system + [{"role": "user", "content": "hello"}], max_new_tokens=max(opts.block_length, 8),
                              block_length=opts.block_length, threshold=opts.threshold, use_cache=opts.cache)
+        _return_freed_memory()
         self.ready = True
         log.info("models warm in %.1f s", time.perf_counter() - t0)
 
     def shutdown(self) -> None:
         for pool in (self.asr_pool, self.partial_pool, self.llm_pool, self.tts_pool):
             pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _return_freed_memory() -> None:
+    """Hand the memory that loading freed (the GGUF's dequantized copies, the weights' first layout) back to the
+    OS: glibc keeps freed heap pages for reuse, and they stayed in `parley serve`'s resident size (1.67 GB with the
+    SmolLM2 brain, against 1.2 GB after this). Nothing to do off glibc."""
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
 
 
 # NOTE: a small model's CPU ops are too short to split: on 2 cores a 4M-parameter pass ran 3-20x slower on two
