@@ -5,8 +5,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_LLM_DIR = REPO_ROOT / "llm" / "weights" / "parley-frontdesk"
 SMOLLM2_ADAPTER_DIR = REPO_ROOT / "llm" / "weights" / "parley-smollm2"  # `parley adapt`'s LoRA on SmolLM2
+FRONTDESK_LLM_DIR = REPO_ROOT / "llm" / "weights" / "parley-frontdesk"  # `parley train`'s from-scratch model
+DEFAULT_LLM_DIR = SMOLLM2_ADAPTER_DIR  # the embedded brain: SmolLM2-135M-Instruct with Parley's adapter
 
 
 def _data_dir() -> Path:
@@ -26,7 +27,7 @@ class Settings:
     # models (None = the embedded default)
     asr_model: str | None = None          # a CTranslate2 Whisper directory
     voice: str | None = None              # a Piper .onnx voice (its .onnx.json beside it)
-    llm_model: str = str(DEFAULT_LLM_DIR)  # a parley, LLaDA or Dream checkpoint directory
+    llm_model: str = str(DEFAULT_LLM_DIR)  # an adapter, parley, LLaDA or Dream checkpoint directory, or a .gguf
     llm_device: str | None = None         # None = cuda when available, else cpu
     # the business the agent serves
     profile: str | None = None            # business profile YAML; None = the shipped default

@@ -1,5 +1,6 @@
-"""The committed front-desk model, end to end: a held-out booking request typed (`parley chat --json`) and spoken
-(`parley converse`, the request synthesized with Piper) is booked in SQLite and the reply states the booked time."""
+"""The from-scratch front-desk model (llm/weights/parley-frontdesk, `--llm-model`), end to end: a held-out booking
+request typed (`parley chat --json`) and spoken (`parley converse`, the request synthesized with Piper) is booked in
+SQLite and the reply states the booked time. The default brain's own end-to-end tests are in tests/test_brain.py."""
 import json
 import sqlite3
 import subprocess
@@ -11,7 +12,7 @@ import pytest
 from app.dialogues import phrases
 from app.dialogues import templates as T
 from app.profile import WEEKDAYS, load_profile
-from app.settings import DEFAULT_LLM_DIR
+from app.settings import FRONTDESK_LLM_DIR
 
 
 def parley(*args, stdin: str = "", timeout: int = 300):
@@ -48,7 +49,7 @@ def booked_rows(db) -> list[tuple]:
 
 
 def test_checkpoint_is_small_and_complete():
-    files = {p.name: p.stat().st_size for p in DEFAULT_LLM_DIR.iterdir()}
+    files = {p.name: p.stat().st_size for p in FRONTDESK_LLM_DIR.iterdir()}
     assert {"config.json", "model.safetensors", "tokenizer.json"} <= set(files)
     assert sum(files.values()) <= 25 * 2**20
 
@@ -58,7 +59,8 @@ def test_chat_json_books_a_heldout_request(tmp_path):
     day = open_day_ahead()
     text = heldout_request(name, day)
     db = tmp_path / "appointments.sqlite3"
-    result = parley("chat", "--json", "--db", str(db), "--llm-device", "cpu", "--threads", "1", stdin=text + "\n")
+    result = parley("chat", "--json", "--db", str(db), "--llm-model", str(FRONTDESK_LLM_DIR), "--llm-device", "cpu",
+                    "--threads", "1", stdin=text + "\n")
     assert result.returncode == 0, result.stderr
     turn = json.loads(result.stdout.splitlines()[0])
     assert turn["user"] == text
@@ -83,7 +85,7 @@ def test_converse_books_a_spoken_request_and_speaks_the_confirmation(tmp_path):
     question, answer, db = tmp_path / "question.wav", tmp_path / "answer.wav", tmp_path / "appointments.sqlite3"
     write_wav(question, speech, tts.sample_rate_hz)
     result = parley("converse", "--in", str(question), "--out", str(answer), "--json", "--db", str(db),
-                    "--llm-device", "cpu", timeout=600)
+                    "--llm-model", str(FRONTDESK_LLM_DIR), "--llm-device", "cpu", timeout=600)
     assert result.returncode == 0, result.stderr
     turn = json.loads(result.stdout.splitlines()[-1])
     assert [c["name"] for c in turn["tool_calls"]] == ["book_appointment"], turn

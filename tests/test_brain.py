@@ -1,6 +1,7 @@
 """The embedded brain end to end, as a caller uses it: SmolLM2 with Parley's block-diffusion adapter, the real
 agent, tools, schema grammar and SQLite store, for the shipped business and for a second one it was never
 trained on (app/profiles/bike_repair.yaml: the same adapter, only the profile differs)."""
+import json
 from datetime import datetime, timedelta
 
 import pytest
@@ -69,6 +70,44 @@ def test_a_new_business_price_question_is_answered_from_its_profile(brain):
     assert [name for name, _ in calls(turn)] == ["business_info"]
     assert turn.tool_calls[0].result["price"] == "$65"  # the bike shop's price, from its profile
     assert "65" in turn.reply or "sixty-five" in turn.reply.lower()
+
+
+def test_a_name_given_before_the_request_is_booked_under_it(brain):
+    """The adapter alone wrote "Owen Smith" for "Noah Smith"; a name is held to words the caller said."""
+    turn = agent_for(brain).respond("Hi, this is Noah Smith. Could I get a haircut tomorrow at 3:30 p.m.?")
+    assert calls(turn) == [("book_appointment", {"name": "Noah Smith", "day": "tomorrow", "time": "15:30",
+                                                 "service": "haircut"})]
+
+
+def test_parley_converse_books_a_spoken_request_with_the_default_brain(tmp_path):
+    """`parley converse` on its defaults (the brain above, Whisper, Piper): a spoken booking request is booked in
+    SQLite, and the spoken confirmation, heard back, says the time."""
+    import sqlite3
+    import subprocess
+    import sys
+
+    from speech.asr import Transcriber
+    from speech.audio import read_wav, write_wav
+    from speech.tts import Synthesizer
+
+    from tests.test_agent_model import open_day_ahead
+
+    day = open_day_ahead()  # two or more days ahead: the booking is never in the past
+    tts = Synthesizer(varied=False)
+    speech = tts.synthesize(f"Hi, this is Noah Smith. Could I get a haircut on {day.capitalize()} at 3:30 p.m.?")
+    question, answer, db = tmp_path / "question.wav", tmp_path / "answer.wav", tmp_path / "appointments.sqlite3"
+    write_wav(question, speech, tts.sample_rate_hz)
+    result = subprocess.run([sys.executable, "-m", "app.cli", "converse", "--in", str(question), "--out", str(answer),
+                             "--json", "--db", str(db), "--llm-device", "cpu"], capture_output=True, text=True,
+                            timeout=600)
+    assert result.returncode == 0, result.stderr
+    turn = json.loads(result.stdout.splitlines()[-1])
+    assert [c["name"] for c in turn["tool_calls"]] == ["book_appointment"], turn
+    with sqlite3.connect(db) as conn:
+        rows = conn.execute("SELECT name, service, substr(start, 12, 5) FROM appointments").fetchall()
+    assert rows == [("Noah Smith", "haircut", "15:30")], turn
+    heard = Transcriber().transcribe(read_wav(answer)).lower()
+    assert any(said in heard for said in ("3:30", "3.30", "3 30", "three thirty")), (heard, turn["reply"])
 
 
 def test_a_forty_turn_call_answers_the_same_question_the_same_way(brain):

@@ -49,15 +49,18 @@ def test_parley_computes_denormal_floats_as_zeros_in_every_cpu_thread():
 
 
 def test_eval_prints_the_scores_with_and_without_the_tools_grammar():
-    """`parley eval` on a few held-out dialogues of the shipped model; --free-calls turns the grammar off."""
+    """`parley eval` on a few held-out dialogues of the from-scratch model; --free-calls turns its grammar off."""
     import json
 
+    from app.settings import FRONTDESK_LLM_DIR
+
+    model = ("--llm-model", str(FRONTDESK_LLM_DIR))
     runs = {}
     for flags in ((), ("--free-calls",)):
-        result = parley("eval", "--dialogues", "6", "--threads", "1", "--json", *flags, timeout=300)
+        result = parley("eval", "--dialogues", "6", "--threads", "1", "--json", *model, *flags, timeout=300)
         assert result.returncode == 0, result.stderr
         runs[flags] = json.loads(result.stdout)
     for summary in runs.values():
         assert summary["tool_call_turns"] > 0 and 0 <= summary["tool_call_exact_match"] <= 1
-    table = parley("eval", "--dialogues", "2", "--threads", "1", timeout=300).stdout
+    table = parley("eval", "--dialogues", "2", "--threads", "1", *model, timeout=300).stdout
     assert "under the tools grammar" in table and "tool-call exact match" in table

@@ -40,10 +40,10 @@ def test_the_shipped_drafter_guesses_most_of_a_held_out_reply():
     enough that a pass commits 5 tokens on average. The order-4 table it replaced committed 4.3, no table 1.5."""
     from app.dialogues import examples, generate
     from app.profile import load_profile
-    from app.settings import DEFAULT_LLM_DIR
+    from app.settings import FRONTDESK_LLM_DIR
     from llm import chat
 
-    engine = llm.load(DEFAULT_LLM_DIR, device="cpu")
+    engine = llm.load(FRONTDESK_LLM_DIR, device="cpu")
     end = engine.tokenizer.token_to_id(chat.END)
     profile = load_profile(None)
     tokens = passes = 0

@@ -9,7 +9,7 @@ import llm
 from app.agent import Agent, agent_options_for, parse_tool_calls
 from app.dialogues import cases, examples, generate
 from app.profile import load_profile
-from app.settings import DEFAULT_LLM_DIR
+from app.settings import FRONTDESK_LLM_DIR
 from app.heard import heard, said_words
 from app.tool_grammar import ToolCallGrammar
 from app.store import open_store
@@ -18,7 +18,7 @@ from app.tools import SCHEMAS, Toolbox, system_prompt
 
 @pytest.fixture(scope="module")
 def engine():
-    return llm.load(DEFAULT_LLM_DIR, device="cpu")
+    return llm.load(FRONTDESK_LLM_DIR, device="cpu")
 
 
 @pytest.fixture(scope="module")
@@ -208,7 +208,7 @@ def test_agent_with_the_grammar_writes_only_calls_the_tools_take(engine):
         for name, service, start, duration in case.bookings:
             store.add(name, service, start, duration)
         toolbox = Toolbox(profile, store, now=lambda: case.now)
-        options = dataclasses.replace(agent_options_for(DEFAULT_LLM_DIR), tool_grammar=grammar_on)
+        options = dataclasses.replace(agent_options_for(FRONTDESK_LLM_DIR), tool_grammar=grammar_on)
         agent = Agent(engine, toolbox, system_prompt(profile, toolbox, "parley"), options)
         agent.messages = [dict(m) for m in case.history]
         return agent.respond(case.user).tool_calls, [m["content"] for m in agent.messages if m["role"] == "user"]
@@ -269,7 +269,7 @@ def test_the_agent_asks_for_a_detail_the_caller_never_gave(engine, said, name, r
         return [call, "What time and service would you like?"]
 
     model = _PreferenceModel(engine.tokenizer, replies)
-    agent = Agent(model, toolbox, None, agent_options_for(DEFAULT_LLM_DIR))
+    agent = Agent(model, toolbox, None, agent_options_for(FRONTDESK_LLM_DIR))
     turn = agent.respond(said)
     assert [c.name for c in turn.tool_calls] == (["book_appointment"] if runs else [])
     assert turn.reply == (f"You're all set, {name}." if runs else "What time and service would you like?")
@@ -295,7 +295,7 @@ def test_the_agent_does_not_ask_for_a_detail_the_caller_just_gave(engine, said, 
     def replies(messages):
         return ["You're all set, Felix."] if messages[-1]["role"] == "tool" else [question, call]
 
-    agent = Agent(_PreferenceModel(engine.tokenizer, replies), toolbox, None, agent_options_for(DEFAULT_LLM_DIR))
+    agent = Agent(_PreferenceModel(engine.tokenizer, replies), toolbox, None, agent_options_for(FRONTDESK_LLM_DIR))
     pieces = []
     turn = agent.respond(said, on_text=pieces.append)
     assert [c.name for c in turn.tool_calls] == (["book_appointment"] if books else [])
@@ -309,7 +309,7 @@ def test_the_shipped_model_books_a_request_it_would_have_asked_the_day_of(engine
     the agent books it instead, under the caller's name, with what they said."""
     profile = load_profile(None)
     toolbox = Toolbox(profile, open_store(":memory:"), now=lambda: datetime(2027, 1, 6, 9, 0))  # a Wednesday
-    agent = Agent(engine, toolbox, system_prompt(profile, toolbox, "parley"), agent_options_for(DEFAULT_LLM_DIR))
+    agent = Agent(engine, toolbox, system_prompt(profile, toolbox, "parley"), agent_options_for(FRONTDESK_LLM_DIR))
     turn = agent.respond("Hi, hi. I was hoping to get a blow dry today, at 3 pm. Under Felix, please.")
     assert [(c.name, c.arguments) for c in turn.tool_calls] == [
         ("book_appointment", {"name": "Felix", "day": "today", "time": "15:00", "service": "blow dry"})]
@@ -333,7 +333,7 @@ def test_an_answer_to_the_agents_question_is_acted_on(engine, question, answer, 
     def replies(messages):
         return ["Jacob, you have nothing booked."] if messages[-1]["role"] == "tool" else [welcome, call]
 
-    agent = Agent(_PreferenceModel(engine.tokenizer, replies), toolbox, None, agent_options_for(DEFAULT_LLM_DIR))
+    agent = Agent(_PreferenceModel(engine.tokenizer, replies), toolbox, None, agent_options_for(FRONTDESK_LLM_DIR))
     agent.messages = [{"role": "user", "content": "What time is my appointment?"},
                       {"role": "assistant", "content": question}]
     pieces = []
@@ -349,7 +349,7 @@ def test_the_shipped_model_cancels_under_the_name_given_with_thanks(engine):
     store = open_store(":memory:")
     store.add("Omar", "haircut", datetime(2027, 1, 8, 11, 0), 30)
     toolbox = Toolbox(profile, store, now=lambda: datetime(2027, 1, 6, 9, 0))
-    agent = Agent(engine, toolbox, system_prompt(profile, toolbox, "parley"), agent_options_for(DEFAULT_LLM_DIR))
+    agent = Agent(engine, toolbox, system_prompt(profile, toolbox, "parley"), agent_options_for(FRONTDESK_LLM_DIR))
     agent.messages = [{"role": "user", "content": "Something came up, I have to cancel, thanks so much."},
                       {"role": "assistant", "content": "Sure, what name is the appointment under?"}]
     turn = agent.respond("Omar, thanks.")
@@ -363,7 +363,7 @@ def test_the_shipped_model_reads_the_name_back_whole(engine):
     the middle of one."""
     profile = load_profile(None)
     toolbox = Toolbox(profile, open_store(":memory:"), now=lambda: datetime(2027, 1, 4, 9, 0))  # a Monday
-    agent = Agent(engine, toolbox, system_prompt(profile, toolbox, "parley"), agent_options_for(DEFAULT_LLM_DIR))
+    agent = Agent(engine, toolbox, system_prompt(profile, toolbox, "parley"), agent_options_for(FRONTDESK_LLM_DIR))
     turn = agent.respond("Hiya. I'd love to book a hair cut this coming Thursday at 3:15 pm please. Under Samuel, "
                          "please.")
     assert [c.name for c in turn.tool_calls] == ["book_appointment"] and turn.tool_calls[0].result["ok"]

@@ -213,9 +213,9 @@ def test_spoken_hours_have_two_digit_and_afternoon_twins_in_the_shipped_tokenize
     from tokenizers import Tokenizer
 
     from app.commands.train import number_twins
-    from app.settings import DEFAULT_LLM_DIR
+    from app.settings import FRONTDESK_LLM_DIR
 
-    tokens = Tokenizer.from_file(str(DEFAULT_LLM_DIR / "tokenizer.json"))
+    tokens = Tokenizer.from_file(str(FRONTDESK_LLM_DIR / "tokenizer.json"))
     digits, afternoon = ({tokens.id_to_token(a): tokens.id_to_token(b) for a, b in pairs}
                          for pairs in number_twins(tokens))
     assert digits["9"] == digits["nine"] == "09" and digits["thirty"] == "30"

@@ -10,7 +10,8 @@ def add_model_flags(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("models and business")
     group.add_argument("--asr-model", metavar="DIR", help="CTranslate2 Whisper directory (default: bundled tiny.en)")
     group.add_argument("--voice", metavar="ONNX", help="Piper voice .onnx (default: bundled en_US-joe-medium)")
-    group.add_argument("--llm-model", metavar="DIR", help="parley, LLaDA or Dream checkpoint directory (default: embedded front-desk model)")
+    group.add_argument("--llm-model", metavar="DIR", help="a Parley adapter, parley, LLaDA or Dream checkpoint "
+                       "directory, or a .gguf (default: the embedded SmolLM2 brain)")
     group.add_argument("--llm-device", metavar="DEV", help="cpu or cuda (default: cuda when available)")
     group.add_argument("--profile", metavar="YAML", help="business profile (default: the shipped example)")
     group.add_argument("--db", dest="db_path", metavar="FILE", help="appointments SQLite file")

@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from app.agent import AgentOptions
-from app.settings import DEFAULT_LLM_DIR
+from app.settings import FRONTDESK_LLM_DIR
 
 log = logging.getLogger(__name__)
 
@@ -239,7 +239,7 @@ def run_training(profile, out_dir: Path, size: str, data: DataOptions, opts, ini
 def register(subparsers) -> None:
     p = subparsers.add_parser("train", help="train the embedded front-desk model for a business profile")
     p.add_argument("--profile", help="business profile YAML (default: the shipped one)")
-    p.add_argument("--out", default=str(DEFAULT_LLM_DIR), help="checkpoint directory to write")
+    p.add_argument("--out", default=str(FRONTDESK_LLM_DIR), help="checkpoint directory to write")
     p.add_argument("--size", choices=sorted(SIZES), default="default", help="model size preset")
     p.add_argument("--steps", type=int, default=None, help="optimizer steps")
     p.add_argument("--batch-size", type=int, default=None, help="sequences per step")
