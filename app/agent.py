@@ -91,8 +91,8 @@ DECODE_FIELDS = ("max_new_tokens", "block_length", "threshold", "cache", "max_hi
 
 
 def agent_options_for(model_dir) -> AgentOptions:
-    """AgentOptions with the checkpoint's own decoding preferences (generation_config.json: max_new_tokens,
-    block_length, threshold, cache, max_history_turns) applied; a checkpoint without them gets the defaults."""
+    """AgentOptions with the checkpoint's own decoding preferences (generation_config.json: DECODE_FIELDS)
+    applied; a checkpoint without them gets the defaults."""
     if Path(model_dir).suffix == ".gguf":  # a left-to-right base read from one file: its greedy decoding, held to
         # the tools' schemas (llm.blockdiff with one token a pass), and as much of the call as fits
         return dataclasses.replace(AgentOptions(), cache="block", block_length=1, threshold=1.0, max_history_turns=0,

@@ -5,7 +5,8 @@ cache (with the prompt's), followed by block_length - 1 masks. Logits are shifte
 them: row i predicts token i + 1, so the last committed row predicts the next token exactly as the base model
 does, and each mask row the token after the one before it. The longest confident prefix (>= threshold) of those
 block_length predictions is committed, and always the first: commits stay left to right, so a grammar (a
-Matcher) judges each one in order, and a turn's prefill covers only what the cache does not hold yet.
+Matcher) judges each one in order, and a turn's prefill covers only what the cache does not hold yet. With a
+Drafter, guessed tokens (prompt lookup) take the masks' place and are verified: the same reply in fewer passes.
 
 Attention is causal everywhere, inside the block too. NOTE: with bidirectional attention inside the block (SDAR,
 Fast-dLLM v2), a committed token's row also sees the masks after it, so even one commit per pass differed from
