@@ -9,7 +9,8 @@ means depends only on the value's form, never on a list of words:
 - a clock time "HH:MM" is said when a message holds a time that may mean it ("half past three", "3:30 pm",
   app.spoken_times);
 - a business's service is said when its name or one of its aliases (the profile's) is in a message;
-- anything else is said when all its words are, accents and case aside ("Sofia Ramirez" for "Sofía Ramírez").
+- anything else is said when all its words are, accents, case and plural or possessive endings aside ("Sofia
+  Ramirez" for "Sofía Ramírez", "saturday" for "Saturdays").
 """
 import json
 import re
@@ -30,8 +31,15 @@ def fold(text: str) -> str:
     return "".join(c for c in text if not unicodedata.combining(c))
 
 
+def _stem(word: str) -> str:
+    """A word less a plural or possessive ending, so that "Saturdays" says "saturday" and "kid's cut" says "kids
+    cut"; both sides of a comparison are read the same way."""
+    word = word.removesuffix("'s")
+    return word[:-1] if len(word) > 3 and word.endswith("s") and not word.endswith("ss") else word
+
+
 def _words(text: str) -> list[str]:
-    return _SENTENCE_WORDS.findall(fold(text))
+    return [_stem(w) for w in _SENTENCE_WORDS.findall(fold(text))]
 
 
 def _has_phrase(words: list[str], phrase: list[str]) -> bool:
@@ -119,7 +127,8 @@ def held(schemas: list[dict], messages: list[dict], profile=None) -> list[dict]:
     - an x-said clock time (CLOCK_PATTERN) is one of the times the conversation said, when it said any: the model
       chooses between readings ("three thirty": 03:30 or 15:30; "3:30 p.m.": 15:30 alone) but never writes a time
       nobody said;
-    - any other x-said string without an enum or a pattern of its own (a name, a service) is made of words the
+    - an x-said enum (a day) is held to the values the conversation said, when it said any;
+    - any other x-said string without a pattern of its own (a name, a service) is made of words the
       conversation said (`words_pattern`): the model picks the caller's words ("Noah Smith"), never a name of
       its own ("Owen Smith", which `settle` would drop, leaving the call to ask for the name again)."""
     texts = conversation_text(messages)
@@ -137,6 +146,8 @@ def held(schemas: list[dict], messages: list[dict], profile=None) -> list[dict]:
             if heard and spec.get("pattern") == CLOCK_PATTERN:
                 del spec["pattern"]
                 spec["enum"] = heard
-            elif free and "pattern" not in spec and "enum" not in spec:
+            elif "enum" in spec:
+                spec["enum"] = [v for v in spec["enum"] if is_said(v, texts, profile)] or spec["enum"]
+            elif free and "pattern" not in spec:
                 spec["pattern"] = free
     return out

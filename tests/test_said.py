@@ -155,3 +155,18 @@ def test_names_and_services_are_held_to_words_the_conversation_said():
         return all(matcher.accept(t) for t in tokenizer.encode(call, add_special_tokens=False).ids)
 
     assert accepts("Noah Smith") and not accepts("Owen Smith")
+
+
+def test_plural_and_possessive_forms_say_the_word():
+    assert is_said("saturday", ["Are you open Saturdays?"])
+    assert is_said("kids haircut", ["how much for a kid's cut"], PROFILE)  # the alias "kids cut"
+    assert is_said("Ross", ["I am Ross"]) and not is_said("Rose", ["I am Ross"])
+
+
+def test_days_are_held_to_those_the_conversation_said():
+    said = held(SCHEMAS, [{"role": "user", "content": "a blowout saturday at noon, or maybe Sundays"}], PROFILE)
+    day = next(s for s in said if s["name"] == "book_appointment")["parameters"]["properties"]["day"]
+    assert day["enum"] == ["saturday", "sunday"]
+    free = held(SCHEMAS, [{"role": "user", "content": "a blowout please"}], PROFILE)  # no day said: any day
+    assert next(s for s in free if s["name"] == "book_appointment")["parameters"]["properties"]["day"] == \
+        next(s for s in SCHEMAS if s["name"] == "book_appointment")["parameters"]["properties"]["day"]
