@@ -53,17 +53,37 @@ def conversation_text(messages: list[dict]) -> list[str]:
             if m["role"] in ("user", "tool") or m["role"] == "assistant" and not m["content"].startswith("<")]
 
 
+class Said:
+    """What a conversation's `texts` said, read once: `says(value)` for as many values as a call or a grammar
+    asks about (a long call's grammar asks about every day of every tool, each turn)."""
+
+    def __init__(self, texts: list[str], profile=None):
+        self.texts, self.profile = texts, profile
+        self.words = [_words(text) for text in texts]
+        self.vocabulary = set().union(*self.words) if self.words else set()
+        self._times: set[str] | None = None
+
+    @property
+    def times(self) -> set[str]:
+        """Every "HH:MM" a time in the texts may mean (app.spoken_times)."""
+        if self._times is None:
+            self._times = set().union(*(times_in(text) for text in self.texts))
+        return self._times
+
+    def says(self, value: str) -> bool:
+        """Whether the texts said `value` (see the module's docstring)."""
+        if _HHMM.match(value):
+            return value in self.times
+        service = self.profile.service(value) if self.profile is not None else None
+        if service is not None:
+            return any(_has_phrase(w, _words(form)) for w in self.words for form in (service.name, *service.aliases))
+        wanted = set(_words(value))
+        return bool(wanted) and wanted <= self.vocabulary
+
+
 def is_said(value: str, texts: list[str], profile=None) -> bool:
     """Whether the conversation's `texts` said `value` (see the module's docstring)."""
-    if _HHMM.match(value):
-        return any(value in times_in(text) for text in texts)
-    words = [_words(text) for text in texts]
-    service = profile.service(value) if profile is not None else None
-    if service is not None:
-        return any(_has_phrase(w, _words(form)) for w in words for form in (service.name, *service.aliases))
-    wanted = set(_words(value))
-    said = set().union(*words) if words else set()
-    return bool(wanted) and wanted <= said
+    return Said(texts, profile).says(value)
 
 
 def unsaid(name: str, arguments: dict, schemas: list[dict], messages: list[dict], profile=None) -> list[str]:
@@ -71,11 +91,10 @@ def unsaid(name: str, arguments: dict, schemas: list[dict], messages: list[dict]
     schema = next((s for s in schemas if s["name"] == name), None)
     if schema is None:
         return []
-    texts = conversation_text(messages)
+    said = Said(conversation_text(messages), profile)
     properties = schema["parameters"].get("properties", {})
     return [key for key, value in arguments.items()
-            if properties.get(key, {}).get(SAID) and isinstance(value, str)
-            and not is_said(value, texts, profile)]
+            if properties.get(key, {}).get(SAID) and isinstance(value, str) and not said.says(value)]
 
 
 def lacking(schema: dict, arguments: dict) -> list[str]:
@@ -102,16 +121,16 @@ def missing_result(missing: list[str]) -> dict:
     return {"ok": False, "missing": list(missing)}
 
 
-def words_pattern(texts: list[str], profile=None) -> str | None:
-    """A pattern (for a schema's "pattern") of the strings made of words the conversation's `texts` said, as they
+def words_pattern(said: Said) -> str | None:
+    """A pattern (for a schema's "pattern") of the strings made of words the conversation said, as they
     were written, joined by spaces or hyphens; the words of a profile's service count when the service was said
     (by its name or an alias: "kids haircut" for "a haircut for my son"). None: nothing said.
 
     NOTE: with each word also capitalized, the adapter wrote "On Noah" for "This is Noah calling": it had begun a
     name of its own ("O" for "Owen") and "On" was the allowed word that went on from there."""
-    forms = set(_WRITTEN_WORD.findall(" ".join(texts)))
-    for service in getattr(profile, "services", ()):
-        if is_said(service.name, texts, profile):
+    forms = set(_WRITTEN_WORD.findall(" ".join(said.texts)))
+    for service in getattr(said.profile, "services", ()):
+        if said.says(service.name):
             forms.update(_WRITTEN_WORD.findall(service.name))
     if not forms:
         return None
@@ -131,9 +150,9 @@ def held(schemas: list[dict], messages: list[dict], profile=None) -> list[dict]:
     - any other x-said string without a pattern of its own (a name, a service) is made of words the
       conversation said (`words_pattern`): the model picks the caller's words ("Noah Smith"), never a name of
       its own ("Owen Smith", which `settle` would drop, leaving the call to ask for the name again)."""
-    texts = conversation_text(messages)
-    heard = sorted(set().union(*(times_in(text) for text in texts)))
-    free = words_pattern(texts, profile)
+    said = Said(conversation_text(messages), profile)
+    heard = sorted(said.times)
+    free = words_pattern(said)
     out = json.loads(json.dumps(schemas))
     for s in out:
         params = s["parameters"]
@@ -147,7 +166,7 @@ def held(schemas: list[dict], messages: list[dict], profile=None) -> list[dict]:
                 del spec["pattern"]
                 spec["enum"] = heard
             elif "enum" in spec:
-                spec["enum"] = [v for v in spec["enum"] if is_said(v, texts, profile)] or spec["enum"]
+                spec["enum"] = [v for v in spec["enum"] if said.says(v)] or spec["enum"]
             elif free and "pattern" not in spec:
                 spec["pattern"] = free
     return out
