@@ -82,30 +82,22 @@ def test_a_name_given_before_the_request_is_booked_under_it(brain):
 def test_parley_converse_books_a_spoken_request_with_the_default_brain(tmp_path):
     """`parley converse` on its defaults (the brain above, Whisper, Piper): a spoken booking request is booked in
     SQLite, and the spoken confirmation, heard back, says the time."""
-    import sqlite3
-    import subprocess
-    import sys
-
     from speech.asr import Transcriber
     from speech.audio import read_wav, write_wav
     from speech.tts import Synthesizer
-
-    from tests.test_agent_model import open_day_ahead
+    from tests.test_agent_model import booked_rows, open_day_ahead, parley
 
     day = open_day_ahead()  # two or more days ahead: the booking is never in the past
     tts = Synthesizer(varied=False)
     speech = tts.synthesize(f"Hi, this is Noah Smith. Could I get a haircut on {day.capitalize()} at 3:30 p.m.?")
     question, answer, db = tmp_path / "question.wav", tmp_path / "answer.wav", tmp_path / "appointments.sqlite3"
     write_wav(question, speech, tts.sample_rate_hz)
-    result = subprocess.run([sys.executable, "-m", "app.cli", "converse", "--in", str(question), "--out", str(answer),
-                             "--json", "--db", str(db), "--llm-device", "cpu"], capture_output=True, text=True,
-                            timeout=600)
+    result = parley("converse", "--in", str(question), "--out", str(answer), "--json", "--db", str(db),
+                    "--llm-device", "cpu", timeout=600)
     assert result.returncode == 0, result.stderr
     turn = json.loads(result.stdout.splitlines()[-1])
     assert [c["name"] for c in turn["tool_calls"]] == ["book_appointment"], turn
-    with sqlite3.connect(db) as conn:
-        rows = conn.execute("SELECT name, service, substr(start, 12, 5) FROM appointments").fetchall()
-    assert rows == [("Noah Smith", "haircut", "15:30")], turn
+    assert booked_rows(db) == [("Noah Smith", "haircut", "15:30")], turn
     heard = Transcriber().transcribe(read_wav(answer)).lower()
     assert any(said in heard for said in ("3:30", "3.30", "3 30", "three thirty")), (heard, turn["reply"])
 
