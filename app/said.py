@@ -47,6 +47,18 @@ def _has_phrase(words: list[str], phrase: list[str]) -> bool:
     return n > 0 and any(words[i:i + n] == phrase for i in range(len(words) - n + 1))
 
 
+def named_service(profile, text: str):
+    """The profile's service that `text` names: its name or an alias, or else the longest name or alias among
+    its words ("book a haircut" -> haircut, "a kids haircut please" -> kids haircut); None if it names none."""
+    service = profile.service(text)
+    if service is not None:
+        return service
+    words = _words(text)
+    named = [(len(_words(form)), s) for s in profile.services for form in (s.name, *s.aliases)
+             if _has_phrase(words, _words(form))]
+    return max(named, key=lambda n: n[0])[1] if named else None
+
+
 def conversation_text(messages: list[dict]) -> list[str]:
     """What was said: every message but the system prompt and the agent's tool calls."""
     return [m["content"] for m in messages

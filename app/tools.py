@@ -10,7 +10,7 @@ from datetime import date, datetime, time, timedelta
 from typing import Callable
 
 from app.profile import WEEKDAYS, Profile, Service, load_profile  # noqa: F401 (re-exported for app.services)
-from app.said import CLOCK_PATTERN, SAID, lacking
+from app.said import CLOCK_PATTERN, SAID, lacking, named_service
 from app.store import Appointment, Store, open_store  # noqa: F401
 
 DAYS = ("today", "tomorrow") + WEEKDAYS
@@ -148,7 +148,7 @@ class Toolbox:
     # -- rules ----------------------------------------------------------------------------------------------
 
     def _service(self, name: str) -> Service:
-        service = self.profile.service(name)
+        service = named_service(self.profile, name)
         if service is None:
             offered = _join([s.name for s in self.profile.services])
             raise Refusal(f"We don't offer {name.strip().lower()}. We offer {offered}.")

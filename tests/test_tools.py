@@ -57,6 +57,14 @@ def test_aliases_map_to_the_canonical_service(toolbox):
     assert book(toolbox, service="Highlights")["service"] == "hair coloring"
 
 
+def test_a_service_named_among_other_words_is_that_service_the_longest_name_first(toolbox):
+    # the model's argument may carry the caller's verb or article along ("book a haircut")
+    assert book(toolbox, service="book a haircut")["service"] == "haircut"
+    assert book(toolbox, time="16:00", service="a kids haircut please")["service"] == "kids haircut"
+    assert book(toolbox, time="16:30", service="Beard trims")["service"] == "beard trim"
+    assert book(toolbox, time="17:00", service="a massage")["error"].startswith("We don't offer a massage.")
+
+
 def test_cancel_one_then_ask_which_day_when_several(toolbox):
     assert toolbox.call("cancel_appointment", {"name": "Maria"}) == {
         "ok": False, "error": "There is no appointment under Maria."}
