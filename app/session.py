@@ -210,7 +210,8 @@ class Session:
             try:
                 await task
             except asyncio.CancelledError:
-                pass
+                if asyncio.current_task().cancelling():
+                    raise  # our caller was cancelled, not (only) the turn
 
     def _maybe_partial(self) -> None:
         if not (self.options.realtime and self.detector.in_speech) or self._partial_busy:
@@ -249,7 +250,7 @@ class Session:
             first = await self._drafted_generation(draft, trace) if draft is not None else None
             await self._respond(text, trace, cancel, first)
             if not cancel.is_set():
-                await self._finish_turn(trace)
+                await self._finish_turn(trace, cancel)
         except Exception as exc:  # a failed turn is reported; the session keeps listening
             log.exception("turn failed")
             await self._emit({"type": "error", "message": f"turn failed: {exc}"})
@@ -326,18 +327,28 @@ class Session:
         if call.name in CONTROL_TOOLS and call.result.get("ok"):
             self._pending_control = call.name
 
-    async def _finish_turn(self, trace: TurnTrace) -> None:
-        """After the reply: the metrics event once audio went out, then any control action once it was heard."""
-        while self.playback.busy and "first_audio_out" not in trace.marks:
-            await asyncio.sleep(0.005)
+    async def _finish_turn(self, trace: TurnTrace, cancel: threading.Event) -> None:
+        """After the reply: the metrics event once audio went out, then any control action once it was heard.
+        Both waits end with the turn (a barge-in, or a call that ends with its reply unsent: nobody will pull it)."""
+        if not await self._until(lambda: not self.playback.busy or "first_audio_out" in trace.marks, cancel):
+            return
         await self._emit(trace.metrics_event())
         log.info("turn: %s", trace.summary())
         if self._pending_control:
-            while self.playback.busy:
-                await asyncio.sleep(0.01)
+            if not await self._until(lambda: not self.playback.busy, cancel):
+                return
             control, self._pending_control = self._pending_control, None
             if self.on_control is not None:
                 await self.on_control(control)
+
+    @staticmethod
+    async def _until(condition: Callable[[], bool], cancel: threading.Event, poll_s: float = 0.005) -> bool:
+        """Wait for `condition` (set by the transport's thread); False if the turn was cancelled first."""
+        while not condition():
+            if cancel.is_set():
+                return False
+            await asyncio.sleep(poll_s)
+        return True
 
     def _on_playback_event(self, event: str) -> None:
         # called on the transport's thread when it pulls audio

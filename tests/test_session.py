@@ -148,3 +148,32 @@ def test_a_pause_mid_sentence_discards_the_draft_without_side_effects(transcribe
     said = toolbox.calls[0][1]["said"].lower()
     assert "haircut" in said and "friday" in said
     assert result["reply"] == "Done."
+
+
+def test_close_while_the_reply_waits_to_be_played_ends_the_session(transcriber, synthesizer, speak):
+    # A caller who hangs up once the reply is queued but before any of it was sent: nobody will ever pull the
+    # audio, so the turn's wait for its first frame must end with the call (a Twilio `stop` left such sessions
+    # open, counted against the session cap forever).
+    engine = FakeEngine(lambda m: "We open at nine.")
+    services = make_services(transcriber, synthesizer, engine)
+
+    async def go():
+        async def send_event(event):
+            pass
+
+        session = Session(services, output_rate_hz=16_000, send_event=send_event)
+        runner = asyncio.create_task(session.run())
+        session.push_audio(np.concatenate([speak(QUESTION), np.zeros(SAMPLE_RATE_HZ, np.int16)]))
+        deadline = time.monotonic() + 30
+        while not (session.turns and session.turns[-1].reply):   # the reply is written and queued; nobody reads it
+            assert time.monotonic() < deadline, "no reply was written"
+            await asyncio.sleep(0.01)
+        assert session.playback.busy
+        started = time.monotonic()
+        await asyncio.wait_for(session.close(), 5)   # (a timeout here cancels the turn: the time tells)
+        await asyncio.wait_for(runner, 5)
+        return session, time.monotonic() - started
+
+    session, close_s = asyncio.run(go())
+    assert close_s < 0.5, f"close took {close_s:.1f} s"
+    assert session.turns and session.turns[-1].reply == "We open at nine."

@@ -224,6 +224,40 @@ def test_transfer_reaches_the_integrator_and_end_call_hangs_up_once_the_goodbye_
     assert not app.state.calls
 
 
+def test_callers_who_hang_up_at_any_moment_leave_no_session_behind(phone, speech):
+    # Hang-ups at every stage of a turn: while speaking, while the agent thinks, mid-reply, and after a goodbye
+    # whose marks never come back (the phone went away), so the agent is still waiting to hang up itself. Each
+    # call must close its socket and leave the session count; with the 2-session cap, one leak shows at once.
+    host, app, _ = phone
+    _, tts = speech
+    hours, goodbye = speak_8k(tts, "What time do you open?"), speak_8k(tts, "That is all, goodbye.")
+
+    async def call(words, plays: bool, hang_up_after_s: float):
+        async with connect(f"ws://{host}/telephony/twilio") as ws:
+            sim = TwilioSimulator(ws, plays=plays)
+            await sim.start()
+            sim.say(words)
+            await asyncio.sleep(len(words) / twilio.TWILIO_RATE_HZ + hang_up_after_s)
+            await sim.finish()          # `stop`, then the server must close the socket within 10 s
+            return sim
+
+    async def churn():
+        for after_s in (0.0, 0.5, 1.0, 1.5, 2.5):
+            sims = await asyncio.gather(call(hours, True, after_s), call(goodbye, False, after_s))
+            assert all(sim.close_code == 1000 for sim in sims), [sim.close_code for sim in sims]
+            await wait_until(lambda: not app.state.calls, 2, "every call to be closed")
+
+    asyncio.run(churn())
+    assert asyncio.run(healthz(host))["sessions"] == 0
+
+
+async def healthz(host: str) -> dict:
+    import httpx
+
+    async with httpx.AsyncClient() as client:
+        return (await client.get(f"http://{host}/healthz")).json()
+
+
 # --- bad input ------------------------------------------------------------------------------------------------
 
 

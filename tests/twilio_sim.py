@@ -21,8 +21,9 @@ def speak_8k(tts, text: str) -> np.ndarray:
 class TwilioSimulator:
     """Twilio's half of a bidirectional Media Stream, at real-time pace in both directions."""
 
-    def __init__(self, ws, stream_sid: str = "MZsimulated"):
+    def __init__(self, ws, stream_sid: str = "MZsimulated", plays: bool = True):
         self.ws = ws
+        self.plays = plays          # False: a phone that went away; nothing is played, no mark comes back
         self.stream_sid = stream_sid
         self.messages: list[tuple[float, dict]] = []      # (perf_counter at arrival, message) from the server
         self.heard_at: list[tuple[float, np.ndarray]] = []   # (perf_counter, 20 ms) of the agent's audio as played
@@ -53,7 +54,8 @@ class TwilioSimulator:
             "streamSid": self.stream_sid, "accountSid": "ACsim", "callSid": "CAsim", "tracks": ["inbound"],
             "customParameters": {"caller": "test"},
             "mediaFormat": {"encoding": "audio/x-mulaw", "sampleRate": 8000, "channels": 1}}})
-        self._tasks = [asyncio.create_task(f()) for f in (self._microphone, self._receiver, self._speaker)]
+        parts = (self._microphone, self._receiver) + ((self._speaker,) if self.plays else ())
+        self._tasks = [asyncio.create_task(f()) for f in parts]
 
     def say(self, audio_8k: np.ndarray) -> None:
         self._speech = np.concatenate([self._speech, audio_8k])
