@@ -4,6 +4,8 @@ import importlib
 import logging
 import sys
 
+from app.commands.common import UsageError
+
 # Modules that each add one subcommand (or a group of them) to the parser.
 COMMAND_MODULES = (
     "app.commands.serve",
@@ -52,7 +54,11 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
-    return args.func(args) or 0
+    try:
+        return args.func(args) or 0
+    except UsageError as exc:
+        print(f"parley {args.command}: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

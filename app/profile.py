@@ -134,5 +134,8 @@ def load_profile(path: str | None = None) -> Profile:
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise ValueError(f"{file}: not valid YAML ({exc})") from None
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ValueError(f"{file}: not valid YAML: {problem}{where}") from None
     return parse_profile(data, file)

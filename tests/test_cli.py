@@ -37,6 +37,55 @@ def test_converse_missing_file_is_a_clear_error(tmp_path):
     assert result.returncode == 2 and "Traceback" not in result.stderr and "nope.wav" in result.stderr
 
 
+@pytest.fixture
+def operator(monkeypatch, capsys):
+    """parley's main in this process, where loading a model fails the test: returns (exit code, stderr)."""
+    from app.cli import main
+    from app.services import Services
+
+    def no_loading(settings):
+        raise AssertionError("the mistake was found after the models began to load")
+
+    monkeypatch.setattr(Services, "load", no_loading)
+
+    def run(*args, env=None):
+        with monkeypatch.context() as m:
+            for name, value in (env or {}).items():
+                m.setenv(name, value)
+            code = main(list(args))
+        return code, capsys.readouterr().err
+
+    return run
+
+
+def test_operator_mistakes_are_one_line_and_exit_2_before_any_model_loads(operator, tmp_path, synthesizer):
+    from speech.audio import write_wav
+
+    question = tmp_path / "q.wav"
+    write_wav(str(question), synthesizer.synthesize("Hello."), synthesizer.sample_rate_hz)
+    bad_yaml = tmp_path / "bad.yaml"
+    bad_yaml.write_text("name: [unclosed\n")
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = str(busy.getsockname()[1])
+        cases = [  # (arguments, environment, what the line must name)
+            (("serve", "--llm-device", "gpu"), {}, "--llm-device 'gpu'"),
+            (("serve", "--llm-device", "cuda:99"), {}, "--llm-device cuda:99"),   # no such GPU, here or on one
+            (("serve",), {"PARLEY_PORT": "abc"}, "PARLEY_PORT='abc'"),
+            (("serve", "--port", port), {}, f"127.0.0.1:{port}: already in use"),
+            (("serve", "--profile", str(bad_yaml)), {}, "not valid YAML"),
+            (("chat", "--profile", str(bad_yaml)), {}, "line 2"),
+            (("converse", "--in", str(question), "--out", str(tmp_path / "missing" / "r.wav")), {}, "no such directory"),
+        ]
+        for args, env, named in cases:
+            code, err = operator(*args, env=env)
+            assert code == 2, (args, err)
+            assert err.count("\n") == 1 and named in err and err.startswith(f"parley {args[0]}: "), (args, err)
+
+
 def test_parley_computes_denormal_floats_as_zeros_in_every_cpu_thread():
     """app.cli.flush_denormals runs before torch starts its threads, which inherit it: a trained model's denormal
     activations made training steps ~1.6x slower."""

@@ -1,8 +1,13 @@
-"""Flags shared by the commands that load models, and the settings they produce."""
+"""Flags shared by the commands that load models, the settings they produce, and the operator's mistakes."""
 import argparse
+import re
 import sys
 
 from app.settings import Settings, from_env
+
+
+class UsageError(Exception):
+    """An operator's mistake (a flag, a variable, a file): `parley` prints the one line and exits 2."""
 
 
 def add_model_flags(parser: argparse.ArgumentParser) -> None:
@@ -18,9 +23,44 @@ def add_model_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def settings_from(args: argparse.Namespace, **extra) -> Settings:
-    """Defaults, then PARLEY_* variables, then the flags that were given."""
+    """Defaults, then PARLEY_* variables, then the flags that were given; checked (`check`) before any model loads.
+    Raises UsageError."""
     flags = {name: getattr(args, name, None) for name in ("asr_model", "voice", "llm_model", "llm_device", "profile", "db_path")}
-    return from_env().replace(**flags, **extra)
+    try:
+        settings = from_env().replace(**flags, **extra)
+    except ValueError as exc:  # PARLEY_PORT=abc
+        raise UsageError(str(exc)) from None
+    check(settings)
+    return settings
+
+
+def check(settings: Settings) -> None:
+    """The settings' mistakes that cost nothing to find, found before seconds of model loading: the device, and
+    the business profile (read and parsed). Raises UsageError."""
+    check_device(settings.llm_device)
+    from app.profile import load_profile
+
+    try:
+        load_profile(settings.profile)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def check_device(device: str | None) -> None:
+    """cpu, cuda or cuda:N, and cuda only where this torch has a GPU to run on."""
+    if device is None:
+        return
+    if not re.fullmatch(r"cpu|cuda(:\d+)?", device):
+        raise UsageError(f"--llm-device {device!r}: expected cpu, cuda or cuda:N")
+    if device.startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            why = "this torch was built without CUDA" if torch.version.cuda is None else "no CUDA GPU is visible"
+            raise UsageError(f"--llm-device {device}: {why}; use --llm-device cpu")
+        index = int(device.partition(":")[2] or 0)
+        if index >= torch.cuda.device_count():
+            raise UsageError(f"--llm-device {device}: there are {torch.cuda.device_count()} CUDA devices")
 
 
 def load_services(args: argparse.Namespace, prog: str):

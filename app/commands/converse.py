@@ -2,6 +2,7 @@
 import asyncio
 import json
 import sys
+from pathlib import Path
 
 import numpy as np
 
@@ -27,6 +28,9 @@ def run(args) -> int:
         return 2
     if len(audio) == 0:
         print(f"parley converse: {args.input} holds no audio", file=sys.stderr)
+        return 2
+    if not Path(args.output).resolve().parent.is_dir():   # found now, not after the whole conversation
+        print(f"parley converse: --out {args.output}: no such directory", file=sys.stderr)
         return 2
     services = load_services(args, "parley converse")
     if services is None:

@@ -1,10 +1,12 @@
 """`parley serve`: the web page and WebRTC endpoint (what `make run` starts)."""
+import errno
 import ipaddress
 import logging
+import socket
 import sys
 from pathlib import Path
 
-from app.commands.common import add_model_flags, settings_from
+from app.commands.common import UsageError, add_model_flags, settings_from
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +35,7 @@ def run(args) -> int:
     if not 0 < settings.port < 65536:
         print(f"parley serve: --port must be 1-65535, got {settings.port}", file=sys.stderr)
         return 2
+    _check_can_listen(settings.host, settings.port)   # a port in use shows now, not after the models load
     if not settings.ssl_certfile and not _is_loopback(settings.host):
         log.warning("serving plain http on %s: browsers on other machines will refuse the microphone; "
                     "pass --ssl-certfile and --ssl-keyfile", settings.host)
@@ -55,6 +58,19 @@ def run(args) -> int:
     finally:
         services.shutdown()
     return 0
+
+
+def _check_can_listen(host: str, port: int) -> None:
+    """Bind (host, port) as uvicorn will (SO_REUSEADDR), then let it go; raises UsageError if that fails."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                                             flags=socket.AI_PASSIVE)[0]
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind(address)
+    except OSError as exc:
+        why = "already in use" if exc.errno == errno.EADDRINUSE else (exc.strerror or str(exc))
+        raise UsageError(f"cannot listen on {host}:{port}: {why}") from None
 
 
 def _is_loopback(host: str) -> bool:
