@@ -94,6 +94,10 @@ def create_app(settings: Settings, services=None) -> FastAPI:
     @app.post("/offer")
     async def offer(request: Request):
         state = request.app.state
+        media_type = request.headers.get("content-type", "").partition(";")[0].strip().lower()
+        if media_type != "application/json":
+            # a form or text/plain post needs no CORS preflight: any page on any site could open a session
+            return _refuse(415, f"the offer must be sent as application/json, not {media_type or 'no content type'}")
         body = await read_limited(request, MAX_OFFER_BYTES)
         if body is None:
             return _refuse(413, f"offer too large: the limit is {MAX_OFFER_BYTES} bytes")

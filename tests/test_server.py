@@ -1,4 +1,5 @@
 """The HTTP surface: the page, /healthz, and POST /offer's refusals, cap, connect timeout and shutdown."""
+import json
 import asyncio
 import gc
 import re
@@ -69,11 +70,17 @@ def test_healthz_reports_readiness_sessions_and_loop_lag(served):
     assert health["loop_lag_ms"]["samples"] > 0 and health["loop_lag_ms"]["max"] >= 0
 
 
+JSON = {"content-type": "application/json"}
+
+
 def _bad_offers() -> dict[str, tuple[dict, int]]:
     sdp = offer_sdp()
     return {
-        "empty body": ({"content": b""}, 400),
-        "not JSON": ({"content": b"v=0 hello"}, 400),
+        "empty body": ({"content": b"", "headers": JSON}, 400),
+        "not JSON": ({"content": b"v=0 hello", "headers": JSON}, 400),
+        "SDP as text/plain": ({"content": json.dumps({"sdp": sdp, "type": "offer"}),
+                               "headers": {"content-type": "text/plain"}}, 415),
+        "no content type": ({"content": json.dumps({"sdp": sdp, "type": "offer"})}, 415),
         "a JSON list": ({"json": [sdp, "offer"]}, 400),
         "sdp is a number": ({"json": {"sdp": 42, "type": "offer"}}, 400),
         "type is a list": ({"json": {"sdp": sdp, "type": ["offer"]}}, 400),
@@ -84,7 +91,7 @@ def _bad_offers() -> dict[str, tuple[dict, int]]:
         "receive-only audio": ({"json": {"sdp": sdp.replace("a=sendrecv", "a=recvonly"), "type": "offer"}}, 400),
         "no ICE credentials": ({"json": {"sdp": re.sub(r"a=ice-(ufrag|pwd):.*\r\n", "", sdp), "type": "offer"}}, 400),
         "aiortc refuses it": ({"json": {"sdp": sdp.replace("a=rtcp-mux\r\n", ""), "type": "offer"}}, 400),
-        "a 1 MB body": ({"content": b'{"sdp": "' + b"v" * 1_000_000 + b'", "type": "offer"}'}, 413),
+        "a 1 MB body": ({"content": b'{"sdp": "' + b"v" * 1_000_000 + b'", "type": "offer"}', "headers": JSON}, 413),
     }
 
 
