@@ -1,7 +1,7 @@
 """The HTTP surface: the page, /healthz, and POST /offer's refusals, cap, connect timeout and shutdown."""
-import json
 import asyncio
 import gc
+import json
 import re
 import time
 from pathlib import Path
