@@ -1,6 +1,7 @@
 """Appointments in SQLite: one table, one row per booking, local wall-clock times of the business."""
 import sqlite3
 import threading
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -37,7 +38,7 @@ class Store:
     def __init__(self, conn: sqlite3.Connection):
         self._conn = conn
         self._lock = threading.Lock()
-        with self._lock, self._conn:
+        with self._lock:
             self._conn.executescript(_SCHEMA)
 
     def _rows(self, sql: str, args=()) -> list[Appointment]:
@@ -60,10 +61,23 @@ class Store:
                "WHERE lower(name) = lower(?) AND start >= ? ORDER BY start")
         return self._rows(sql, (name.strip(), (since or datetime.min).strftime("%Y-%m-%dT%H:%M")))
 
+    @contextmanager
+    def _writing(self):
+        """One write transaction, begun IMMEDIATE: it holds the file's write lock from its first read, so a check
+        and the write it decides run as one against every other connection (another `parley serve` on the same
+        file), not only against this process's threads."""
+        with self._lock:
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+            self._conn.execute("COMMIT")
+
     def add(self, name: str, service: str, start: datetime, duration_min: int) -> Appointment:
         """Insert a booking unless it overlaps another; returns it. Raises ValueError on overlap."""
-        with self._lock, self._conn:
-            # Check and insert under one lock and one transaction so two sessions cannot double-book.
+        with self._writing():
             day = self._conn.execute(
                 "SELECT start, duration_min FROM appointments WHERE start LIKE ?",
                 (f"{start.date().isoformat()}T%",)).fetchall()
@@ -78,7 +92,7 @@ class Store:
         return Appointment(cur.lastrowid, name.strip(), service, start, duration_min)
 
     def remove(self, appointment_id: int) -> None:
-        with self._lock, self._conn:
+        with self._writing():
             self._conn.execute("DELETE FROM appointments WHERE id = ?", (appointment_id,))
 
     def close(self) -> None:
@@ -91,4 +105,6 @@ def open_store(path: str) -> Store:
     if path != ":memory:":
         Path(path).expanduser().parent.mkdir(parents=True, exist_ok=True)
         path = str(Path(path).expanduser())
-    return Store(sqlite3.connect(path, check_same_thread=False))
+    # isolation_level=None: transactions are the store's own (`_writing`), not sqlite3's implicit ones, which
+    # begin only at the INSERT, after the overlap check read the day
+    return Store(sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=10))

@@ -4,8 +4,10 @@ Results are small JSON objects whose text fields ("when", "error", "hours") are 
 caller, so a reply grounded in a result can copy them word for word.
 """
 import json
+import logging
 import math
 import re
+import sqlite3
 from datetime import date, datetime, time, timedelta
 from typing import Callable
 
@@ -13,7 +15,11 @@ from app.profile import WEEKDAYS, Profile, Service, load_profile  # noqa: F401 (
 from app.said import CLOCK_PATTERN, SAID, lacking, named_service
 from app.store import Appointment, Store, open_store  # noqa: F401
 
+log = logging.getLogger(__name__)
+
 DAYS = ("today", "tomorrow") + WEEKDAYS
+# what the model reads when the appointments file fails (read-only, disk full): nothing was changed
+STORE_DOWN = "The appointment book cannot be reached right now, so nothing was changed. Please call back later."
 TOPICS = ("hours", "address", "phone", "services", "prices")
 SLOT_MIN = 30  # availability is offered on this grid, in minutes
 _TIME_RE = re.compile(r"^(\d{1,2})(?::(\d{2}))?\s*([ap])?\.?\s*m?\.?$")
@@ -144,6 +150,9 @@ class Toolbox:
             return {"ok": True, **getattr(self, "_" + name)(**args)}
         except Refusal as exc:
             return {"ok": False, "error": str(exc)}
+        except sqlite3.Error as exc:  # a read-only, full or locked file: the caller is told, the call goes on
+            log.error("%s failed in the appointments store: %s", name, exc)
+            return {"ok": False, "error": STORE_DOWN}
 
     # -- rules ----------------------------------------------------------------------------------------------
 

@@ -1,11 +1,13 @@
 """The front-desk tools on the shipped profile: SQLite rules, day/time resolution in the profile's timezone."""
-from datetime import date, datetime, time, timezone
+import sqlite3
+import threading
+from datetime import date, datetime, time, timedelta, timezone
 
 import pytest
 
 from app.profile import load_profile, parse_profile
-from app.store import open_store
-from app.tools import Toolbox, parse_time, resolve_day, system_prompt
+from app.store import Store, open_store
+from app.tools import STORE_DOWN, Toolbox, parse_time, resolve_day, system_prompt
 
 # Tuesday 1 December 2026, 10:00 in New York (the shipped profile's zone). Open Tue-Sat; closed Sun, Mon.
 NOW = datetime(2026, 12, 1, 10, 0)
@@ -136,6 +138,50 @@ def test_store_persists_in_a_file(tmp_path):
     first.store.close()
     again = Toolbox(profile, open_store(str(path)), now=lambda: NOW)
     assert again.call("list_appointments", {"name": "Maria"})["appointments"]
+
+
+def test_the_same_slot_booked_from_two_servers_at_once_is_booked_once(tmp_path):
+    # two connections to one file, as two `parley serve` processes would hold; each slot is tried by both at once
+    path = str(tmp_path / "appointments.sqlite3")
+    stores = [open_store(path), open_store(path)]
+    slots = [datetime(2026, 12, 4, 9, 0) + timedelta(minutes=30 * i) for i in range(20)]
+    start_together = threading.Barrier(2)
+    booked = [[], []]
+
+    def caller(i):
+        for slot in slots:
+            start_together.wait()
+            try:
+                booked[i].append(stores[i].add(f"caller {i}", "haircut", slot, 30).start)
+            except ValueError:
+                pass
+
+    threads = [threading.Thread(target=caller, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(booked[0] + booked[1]) == slots          # every slot went to exactly one caller
+    assert [a.start for a in stores[0].all()] == slots
+
+
+def test_a_read_only_appointment_book_is_reported_and_loses_nothing(tmp_path):
+    path = tmp_path / "appointments.sqlite3"
+    profile = load_profile(None)
+    writable = Toolbox(profile, open_store(str(path)), now=lambda: NOW)
+    assert book(writable)["ok"]
+    writable.store.close()
+    read_only = Toolbox(profile, Store(sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False,
+                                                       isolation_level=None)), now=lambda: NOW)
+    refused = book(read_only, name="Tom", time="11:00")
+    assert refused == {"ok": False, "error": STORE_DOWN}
+    assert toolbox_cancel(read_only, "Maria") == {"ok": False, "error": STORE_DOWN}
+    assert [a.name for a in read_only.store.all()] == ["Maria"]   # still readable, nothing lost
+    assert read_only.call("list_appointments", {"name": "Maria"})["ok"]
+
+
+def toolbox_cancel(toolbox, name):
+    return toolbox.call("cancel_appointment", {"name": name})
 
 
 def test_bad_profile_names_the_file_and_field(tmp_path):
