@@ -30,6 +30,12 @@ MAX_LATE_S = 0.2                  # the outgoing clock resyncs (rather than burs
 # NOTE: a streaming resampler holds samples back; 48 -> 16 kHz holds 21 ms at soxr's HQ, 15 ms at MQ, 6 ms at LQ.
 # MQ keeps 16-bit precision and a steep anti-alias filter, which is more than Whisper needs, for 6 ms less delay.
 INPUT_QUALITY = "MQ"
+# No packets from the browser for MEDIA_GAP_S is silence (Opus DTX, packet loss, a track that ended), fed to the
+# session so a turn ends; none for NO_MEDIA_S ends the call: the browser is gone (a closed tab is otherwise noticed
+# only when ICE consent fails, ~30 s later). A live page always sends (a muted microphone sends silence; DTX a
+# comfort-noise packet at least every 400 ms).
+MEDIA_GAP_S = 0.2
+NO_MEDIA_S = 5.0
 EVENTS_LABEL = "events"
 MAX_PENDING_EVENTS = 256          # events held until the client's data channel arrives
 
@@ -208,12 +214,26 @@ class Call:
 
     async def _pump_microphone(self, track: MediaStreamTrack) -> None:
         resample = InputResampler()
+        gap = np.zeros(round(SAMPLE_RATE_HZ * MEDIA_GAP_S), dtype=np.int16)
+        last_frame_s, ended = time.monotonic(), False
         while True:
-            try:
-                frame = await track.recv()
-            except MediaStreamError:
-                return  # the browser stopped sending; the connection state decides the call's fate
-            self.session.push_audio(resample(frame))
+            if ended:
+                await asyncio.sleep(MEDIA_GAP_S)
+            else:
+                try:
+                    frame = await asyncio.wait_for(track.recv(), MEDIA_GAP_S)
+                except asyncio.TimeoutError:
+                    frame = None
+                except MediaStreamError:   # the browser's track ended
+                    frame, ended = None, True
+                if frame is not None:
+                    self.session.push_audio(resample(frame))
+                    last_frame_s = time.monotonic()
+                    continue
+            if time.monotonic() - last_frame_s > NO_MEDIA_S:
+                self.close_soon(f"no audio from the browser for {NO_MEDIA_S:g} s")
+                return
+            self.session.push_audio(gap)   # no packets: the caller is silent, so a turn can end
 
     def _on_track(self, track: MediaStreamTrack) -> None:
         if track.kind != "audio" or self._has_mic:

@@ -175,6 +175,38 @@ def test_barge_in_silences_the_agent_at_once(server, models):
     assert any(rms > AUDIBLE_RMS for t, rms in after if t < quiet_at_s) or quiet_at_s < 0.1  # it was talking
 
 
+class FallsSilent(ScriptedMicrophone):
+    """A microphone that stops sending packets once its words are said: a tab closed without hanging up, or a
+    track muted at the source. No RTP comes after the last word, not even silence."""
+
+    async def recv(self) -> AudioFrame:
+        if not len(self._pending):
+            await asyncio.Event().wait()   # forever: aiortc sends nothing more
+        return await super().recv()
+
+
+def test_a_peer_that_stops_sending_gets_its_turn_answered_then_is_hung_up_on(server, models):
+    url, app = server
+    question = spoken_question(models[1], RTC_RATE_HZ, tail_s=0.0)   # not one packet after the last word
+
+    async def call() -> tuple[Client, float, float]:
+        client = Client(FallsSilent(question))
+        await client.connect(url)
+        spoken_s = time.monotonic() + len(question) / RTC_RATE_HZ
+        await client.wait_for(lambda: any(e["type"] == "reply" and e["final"] for e in client.events), "the reply")
+        answered_s = time.monotonic()
+        await client.wait_for(lambda: not app.state.calls, "the server to hang up", timeout_s=15)
+        hung_up_s = time.monotonic()
+        await client.pc.close()
+        return client, answered_s - spoken_s, hung_up_s - spoken_s
+
+    client, answered_s, hung_up_s = asyncio.run(call())
+    finals = [e["text"] for e in client.events if e["type"] == "transcript" and e["final"]]
+    assert len(finals) == 1 and set(QUESTION_WORDS) <= words(finals[0]), finals
+    print(f"\nno packets after the question: answered {answered_s:.1f} s, hung up {hung_up_s:.1f} s after it")
+    assert hung_up_s <= 10.0
+
+
 def test_input_resampler_turns_48k_stereo_frames_into_16k_mono():
     t = np.arange(RTC_RATE_HZ) / RTC_RATE_HZ                       # 1 s
     left = (8000 * np.sin(2 * np.pi * 440 * t)).astype(np.int16)
