@@ -74,6 +74,7 @@ class Session:
         self._draft: _Draft | None = None
         self._ready_clause: tuple[str, np.ndarray] | None = None   # the drafted first clause and its audio
         self._closed = False
+        self._failed = False                               # a turn failed: the session ends
 
     # --- input -----------------------------------------------------------------------------------------------
 
@@ -93,10 +94,11 @@ class Session:
             self._loop.call_soon_threadsafe(self.push_audio, np.array(samples, dtype=np.int16))
 
     async def run(self) -> None:
-        """Process input until close(); a failure ends this session with an `error` event."""
+        """Process input until close() or end_input(); a failure (of the input loop or of a turn) ends this
+        session with an `error` event."""
         self._loop = asyncio.get_running_loop()
         try:
-            while (frame := await self._input.get()) is not None:
+            while (frame := await self._input.get()) is not None and not self._failed:
                 self._stream_ms += FRAME_MS
                 if not self.options.barge_in and self._agent_speaking():
                     frame = np.zeros_like(frame)   # the agent's own voice through the speakers is not the user
@@ -251,9 +253,13 @@ class Session:
             await self._respond(text, trace, cancel, first)
             if not cancel.is_set():
                 await self._finish_turn(trace, cancel)
-        except Exception as exc:  # a failed turn is reported; the session keeps listening
-            log.exception("turn failed")
+        except Exception as exc:
+            # A model or tool that failed once is not trusted with the rest of the call: the `error` event goes
+            # out and this session ends (its transport hangs up); every other session goes on.
+            log.exception("turn failed; ending the session")
             await self._emit({"type": "error", "message": f"turn failed: {exc}"})
+            self._failed = True
+            self._input.put_nowait(None)
 
     async def _transcribe(self, audio: np.ndarray, draft: _Draft | None) -> str:
         """The final transcript: the draft's when it matches this turn (often ready before the endpoint)."""

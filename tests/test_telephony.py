@@ -251,6 +251,48 @@ def test_callers_who_hang_up_at_any_moment_leave_no_session_behind(phone, speech
     assert asyncio.run(healthz(host))["sessions"] == 0
 
 
+def test_a_fault_in_one_calls_model_ends_that_call_and_the_other_goes_on(speech):
+    asr, tts = speech
+
+    def faulty(messages):
+        if "open" in last_user(messages).lower():
+            raise RuntimeError("injected fault")
+        return script(messages)
+
+    services = Services(asr, tts, FakeEngine(faulty), FakeToolbox({"transfer_to_human": {"ok": True}}),
+                        system_prompt=None, ready=True)
+    app = create_app(Settings(max_sessions=2), services)
+    events: dict[str, list[dict]] = {"MZfaulty": [], "MZfine": []}
+
+    async def hook(info, event):
+        events[info.stream_sid].append(event)
+
+    set_call_event_hook(app, hook)
+
+    async def calls(host):
+        async with connect(f"ws://{host}/telephony/twilio") as a, connect(f"ws://{host}/telephony/twilio") as b:
+            faulty_call, fine_call = TwilioSimulator(a, "MZfaulty"), TwilioSimulator(b, "MZfine")
+            await faulty_call.start()
+            await fine_call.start()
+            faulty_call.say(speak_8k(tts, "What time do you open?"))
+            fine_call.say(speak_8k(tts, "Can I talk to a human, please?"))
+            await wait_until(lambda: faulty_call.close_code is not None, 30, "the faulty call to end")
+            await wait_until(lambda: {"type": "control", "action": "transfer_to_human"} in events["MZfine"], 30,
+                             "the other call's transfer")
+            assert fine_call.close_code is None and len(app.state.calls) == 1
+            await fine_call.finish()
+            return faulty_call, fine_call
+
+    with serve(app) as host:
+        faulty_call, fine_call = asyncio.run(calls(host))
+    services.shutdown()
+    assert faulty_call.close_code == 1011
+    errors = [e["message"] for e in events["MZfaulty"] if e["type"] == "error"]
+    assert errors == ["turn failed: injected fault"], events["MZfaulty"]
+    assert not any(e["type"] == "error" for e in events["MZfine"]) and fine_call.close_code == 1000
+    assert not app.state.calls
+
+
 async def healthz(host: str) -> dict:
     import httpx
 
