@@ -54,6 +54,8 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    if not args.verbose:
+        logging.getLogger("aioice").setLevel(logging.WARNING)   # a few INFO lines per WebRTC call
     try:
         return args.func(args) or 0
     except UsageError as exc:

@@ -144,13 +144,15 @@ class PlaybackTrack(MediaStreamTrack):
 class Call:
     """One browser call: its peer connection, Session, microphone pump and events channel."""
 
-    def __init__(self, services, *, connect_timeout_s: float, on_closed: Callable[["Call"], None]):
+    TRANSPORT = "webrtc"
+
+    def __init__(self, services, *, connect_timeout_s: float, on_closed: Callable[["Call"], None], observer=None):
         self.connect_timeout_s = connect_timeout_s
         self.on_closed = on_closed
         # No STUN server: nothing here may reach the internet, and host candidates cover localhost and the LAN.
         self.pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
         self.session = Session(services, output_rate_hz=RTC_RATE_HZ,
-                               send_event=self._send_event, on_control=self._on_control)
+                               send_event=self._send_event, on_control=self._on_control, observer=observer)
         self.channel = None
         self.connected = asyncio.Event()
         self._pending: list[str] = []          # events (JSON) waiting for the channel

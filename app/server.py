@@ -7,9 +7,10 @@ from collections import deque
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request
-from fastapi.responses import FileResponse, JSONResponse
+from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 
+from app.metrics import Metrics
 from app.request_body import read_limited
 from app.rtc import Call, OfferError, parse_offer
 from app.settings import REPO_ROOT, Settings
@@ -76,6 +77,7 @@ def create_app(settings: Settings, services=None) -> FastAPI:
     app.state.services = services
     app.state.calls = set()           # every live Call; each removes itself when it closes
     app.state.loop_lag = LoopLag()
+    app.state.metrics = Metrics(lambda: list(app.state.calls))
 
     @app.get("/", include_in_schema=False)
     async def index() -> FileResponse:
@@ -91,9 +93,20 @@ def create_app(settings: Settings, services=None) -> FastAPI:
             "loop_lag_ms": state.loop_lag.summary(),
         }
 
+    @app.get("/metrics", include_in_schema=False)
+    async def metrics(request: Request) -> Response:
+        """Prometheus exposition (app.metrics)."""
+        body, content_type = request.app.state.metrics.render()
+        return Response(body, media_type=content_type)
+
     @app.post("/offer")
     async def offer(request: Request):
         state = request.app.state
+
+        def _refuse(status: int, reason: str) -> JSONResponse:
+            state.metrics.refuse(Call.TRANSPORT, str(status))
+            return _refusal(status, reason)
+
         media_type = request.headers.get("content-type", "").partition(";")[0].strip().lower()
         if media_type != "application/json":
             # a form or text/plain post needs no CORS preflight: any page on any site could open a session
@@ -108,13 +121,14 @@ def create_app(settings: Settings, services=None) -> FastAPI:
         if len(state.calls) >= state.settings.max_sessions:
             return _refuse(503, f"busy: all {state.settings.max_sessions} sessions are in use; try again later")
         call = Call(state.services, connect_timeout_s=state.settings.connect_timeout_s,
-                    on_closed=state.calls.discard)
+                    on_closed=state.calls.discard, observer=state.metrics.observer(Call.TRANSPORT))
         state.calls.add(call)
         try:
             answer = await call.answer(description)
         except Exception as exc:  # aiortc rejects what it cannot negotiate with assorted errors
             await call.close("offer rejected")
             return _refuse(400, f"cannot answer this offer: {exc}")
+        state.metrics.start(Call.TRANSPORT)
         return {"sdp": answer.sdp, "type": answer.type}
 
     _include_optional_routers(app)
@@ -138,6 +152,6 @@ def _include_optional_routers(app: FastAPI) -> None:
     app.include_router(router)
 
 
-def _refuse(status: int, reason: str) -> JSONResponse:
+def _refusal(status: int, reason: str) -> JSONResponse:
     log.info("offer refused (%d): %s", status, reason)
     return JSONResponse({"error": reason}, status_code=status)

@@ -51,8 +51,9 @@ class Session:
 
     def __init__(self, services: Services, *, output_rate_hz: int, send_event: Callable[[dict], Awaitable[None]],
                  on_control: Callable[[str], Awaitable[None]] | None = None,
-                 options: SessionOptions = SessionOptions(), confirm_marks: bool = False):
+                 options: SessionOptions = SessionOptions(), confirm_marks: bool = False, observer=None):
         self.services = services
+        self.observer = observer                           # app.metrics.SessionObserver, or None
         self.options = options
         self.send_event = send_event
         self.on_control = on_control
@@ -111,6 +112,8 @@ class Session:
                 self._maybe_draft()
         except Exception as exc:
             log.exception("session failed")
+            if self.observer is not None:
+                self.observer.failed("session")
             await self._emit({"type": "error", "message": f"session failed: {exc}"})
         finally:
             if self._closed:
@@ -257,6 +260,8 @@ class Session:
             # A model or tool that failed once is not trusted with the rest of the call: the `error` event goes
             # out and this session ends (its transport hangs up); every other session goes on.
             log.exception("turn failed; ending the session")
+            if self.observer is not None:
+                self.observer.failed("turn")
             await self._emit({"type": "error", "message": f"turn failed: {exc}"})
             self._failed = True
             self._input.put_nowait(None)
@@ -339,6 +344,8 @@ class Session:
         if not await self._until(lambda: not self.playback.busy or "first_audio_out" in trace.marks, cancel):
             return
         await self._emit(trace.metrics_event())
+        if self.observer is not None:
+            self.observer.turn(trace.metrics())
         log.info("turn: %s", trace.summary())
         if self._pending_control:
             if not await self._until(lambda: not self.playback.busy, cancel):

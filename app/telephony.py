@@ -108,6 +108,8 @@ def _signed_url(connection, public_host: str | None, scheme: str) -> str:
 
 def _refuse(app: FastAPI, status: int, reason: str) -> PlainTextResponse:
     telephony_stats(app).refused[f"voice_{status}"] += 1
+    if getattr(app.state, "metrics", None) is not None:
+        app.state.metrics.refuse(TwilioCall.TRANSPORT, f"voice_{status}")
     log.info("twilio webhook refused (%d): %s", status, reason)
     return PlainTextResponse(reason, status_code=status)
 
@@ -135,7 +137,7 @@ async def twilio_stream(websocket: WebSocket) -> None:
         await _deny(websocket, stats, 503, "busy", f"busy: all {settings.max_sessions} sessions are in use")
         return
     call = TwilioCall(websocket, state.services, on_closed=state.calls.discard, stats=stats,
-                      on_event=getattr(state, "telephony_event_hook", None))
+                      on_event=getattr(state, "telephony_event_hook", None), metrics=getattr(state, "metrics", None))
     state.calls.add(call)
     stats.calls += 1
     try:
@@ -146,6 +148,8 @@ async def twilio_stream(websocket: WebSocket) -> None:
 
 async def _deny(websocket: WebSocket, stats: TelephonyStats, status: int, kind: str, reason: str) -> None:
     stats.refused[kind] += 1
+    if getattr(websocket.app.state, "metrics", None) is not None:
+        websocket.app.state.metrics.refuse(TwilioCall.TRANSPORT, kind)
     log.info("twilio stream refused (%d): %s", status, reason)
     try:
         await websocket.send_denial_response(PlainTextResponse(reason, status_code=status))
@@ -156,9 +160,12 @@ async def _deny(websocket: WebSocket, stats: TelephonyStats, status: int, kind: 
 class TwilioCall:
     """One phone call: Twilio's audio into a Session, the agent's audio back at real-time pace."""
 
+    TRANSPORT = "twilio"
+
     def __init__(self, websocket: WebSocket, services, *, on_closed: Callable[["TwilioCall"], None],
-                 stats: TelephonyStats, on_event: CallEventHook | None = None):
+                 stats: TelephonyStats, on_event: CallEventHook | None = None, metrics=None):
         self.websocket = websocket
+        self.metrics = metrics                      # app.metrics.Metrics, or None
         self.services = services
         self.on_closed = on_closed
         self.stats = stats
@@ -270,8 +277,12 @@ class TwilioCall:
             self._ignore(exc.kind, str(exc))
             return str(exc), CLOSE_UNSUPPORTED
         self.info = CallInfo(start.call_sid, start.stream_sid, start.account_sid, start.custom_parameters)
+        observer = None
+        if self.metrics is not None:
+            self.metrics.start(self.TRANSPORT)
+            observer = self.metrics.observer(self.TRANSPORT)
         self.session = Session(self.services, output_rate_hz=TWILIO_RATE_HZ, send_event=self._emit,
-                               on_control=self._on_control, confirm_marks=True)
+                               on_control=self._on_control, confirm_marks=True, observer=observer)
         self.session.on_clear = self._on_clear
         log.info("twilio call %s started (stream %s)", start.call_sid, start.stream_sid)
         self._spawn(self._run_session(), "session")

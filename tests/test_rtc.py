@@ -17,6 +17,7 @@ from app.rtc import RTC_FRAME_SAMPLES, RTC_RATE_HZ, InputResampler, PlaybackTrac
 from app.server import create_app
 from app.settings import Settings
 from speech.audio import resample
+from tests.prom import sample
 from tests.wer import word_error_rate
 from tests.rtc_helpers import ANSWER, QUESTION, QUESTION_WORDS, front_desk_services, serve_in_thread, spoken_question
 
@@ -121,6 +122,7 @@ def test_spoken_question_gets_transcript_reply_metrics_and_audio(server, models)
         await client.wait_for(lambda: client.loudest() > AUDIBLE_RMS, "the reply's audio")
         async with httpx.AsyncClient() as http:
             health = (await http.get(f"{url}/healthz")).json()
+            health["metrics"] = (await http.get(f"{url}/metrics")).text
         client.channel.send(json.dumps({"type": "dance"}))
         await client.wait_for(lambda: any(e["type"] == "error" for e in client.events), "the unknown-message error")
         client.channel.send(json.dumps({"type": "hangup"}))
@@ -144,6 +146,11 @@ def test_spoken_question_gets_transcript_reply_metrics_and_audio(server, models)
     lag = health["loop_lag_ms"]
     print(f"\nturn metrics (ms): {metrics}\nevent loop lag over the turn (ms): {lag}")
     assert health["sessions"] == 1 and health["ready"] is True
+    exposed = health["metrics"]   # /metrics during the call: this turn, this session
+    assert sample(exposed, "parley_sessions_active", transport="webrtc") == 1
+    assert sample(exposed, "parley_e2e_latency_seconds_count", transport="webrtc") >= 1
+    total_s = sample(exposed, "parley_e2e_latency_seconds_sum", transport="webrtc")
+    assert total_s >= metrics["e2e_latency_ms"] / 1000 - 1e-6
     # Model work runs in executors: the loop keeps waking on time while the turn runs.
     assert lag["samples"] > 100 and lag["p99"] < 100, lag
 

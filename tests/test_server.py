@@ -6,6 +6,8 @@ import re
 import time
 from pathlib import Path
 
+from collections import Counter
+
 import pytest
 from aiortc import RTCConfiguration, RTCPeerConnection
 from aiortc.mediastreams import AudioStreamTrack
@@ -16,6 +18,7 @@ from app.server import MAX_OFFER_BYTES, create_app
 from app.services import Services
 from app.settings import Settings
 from tests.fakes import FakeEngine, FakeToolbox
+from tests.prom import sample
 
 WEB_DIR = Path(__file__).resolve().parent.parent / "web"
 
@@ -98,12 +101,17 @@ def _bad_offers() -> dict[str, tuple[dict, int]]:
 def test_bad_offers_get_a_4xx_with_a_reason_and_leave_nothing_behind(served):
     app, client = served
     before = live_peer_connections()
+    refused = Counter()
     for name, (request, status) in _bad_offers().items():
         response = client.post("/offer", **request)
         assert response.status_code == status, (name, response.text)
         assert response.json()["error"], name
         assert not app.state.calls, name
+        refused[str(status)] += 1
     assert live_peer_connections() == before
+    metrics = client.get("/metrics").text
+    for reason, count in refused.items():   # (a fresh app: each counter starts at 0)
+        assert sample(metrics, "parley_sessions_refused_total", transport="webrtc", reason=reason) == count, reason
     assert MAX_OFFER_BYTES < 1_000_000   # the 1 MB case tests the limit, not a parse error
 
 

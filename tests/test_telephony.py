@@ -10,6 +10,7 @@ import json
 import time
 from contextlib import contextmanager
 
+import httpx
 import numpy as np
 import pytest
 from websockets.asyncio.client import connect
@@ -23,6 +24,7 @@ from app.settings import Settings
 from app.telephony import set_call_event_hook, telephony_stats
 from speech.audio import SAMPLE_RATE_HZ, pcm_to_mulaw, resample
 from tests.fakes import FakeEngine, FakeToolbox, last_user
+from tests.prom import sample
 from tests.rtc_helpers import serve_in_thread
 from tests.twilio_sim import TwilioSimulator, speak_8k, voiced_seconds, wait_until
 
@@ -285,7 +287,12 @@ def test_a_fault_in_one_calls_model_ends_that_call_and_the_other_goes_on(speech)
 
     with serve(app) as host:
         faulty_call, fine_call = asyncio.run(calls(host))
+        exposed = httpx.get(f"http://{host}/metrics").text
     services.shutdown()
+    assert sample(exposed, "parley_sessions_total", transport="twilio") == 2
+    assert sample(exposed, "parley_sessions_failed_total", transport="twilio") == 1
+    assert sample(exposed, "parley_errors_total", kind="turn") == 1
+    assert sample(exposed, "parley_sessions_active", transport="twilio") == 0
     assert faulty_call.close_code == 1011
     errors = [e["message"] for e in events["MZfaulty"] if e["type"] == "error"]
     assert errors == ["turn failed: injected fault"], events["MZfaulty"]
@@ -294,8 +301,6 @@ def test_a_fault_in_one_calls_model_ends_that_call_and_the_other_goes_on(speech)
 
 
 async def healthz(host: str) -> dict:
-    import httpx
-
     async with httpx.AsyncClient() as client:
         return (await client.get(f"http://{host}/healthz")).json()
 
