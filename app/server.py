@@ -1,6 +1,7 @@
 """The HTTP server: the page, WebRTC offers and health. Models are loaded and warmed once, at startup."""
 import asyncio
 import logging
+import math
 import statistics
 import time
 from collections import deque
@@ -10,6 +11,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 
+from app.auth import RateLimit, TokenGuard
 from app.metrics import Metrics
 from app.request_body import read_limited
 from app.rtc import Call, OfferError, parse_offer
@@ -78,6 +80,12 @@ def create_app(settings: Settings, services=None) -> FastAPI:
     app.state.calls = set()           # every live Call; each removes itself when it closes
     app.state.loop_lag = LoopLag()
     app.state.metrics = Metrics(lambda: list(app.state.calls))
+    app.state.offer_rate = RateLimit(settings.offer_rate_per_min)
+    if settings.auth_token:
+        from app.telephony import STREAM_PATH
+
+        # Twilio's stream may carry the token in its start message instead (app.telephony)
+        app.add_middleware(TokenGuard, token=settings.auth_token, deferred=(STREAM_PATH,))
 
     @app.get("/", include_in_schema=False)
     async def index() -> FileResponse:
@@ -107,6 +115,16 @@ def create_app(settings: Settings, services=None) -> FastAPI:
             state.metrics.refuse(Call.TRANSPORT, str(status))
             return _refusal(status, reason)
 
+        origin = request.headers.get("origin")
+        if origin is not None and not _origin_allowed(origin, request, state.settings):
+            return _refuse(403, f"a page from {origin} may not start a call here (PARLEY_ALLOWED_ORIGINS)")
+        client = request.client.host if request.client else "unknown"
+        wait_s = state.offer_rate.retry_after_s(client)
+        if wait_s:
+            response = _refuse(429, f"too many calls from {client}: at most {state.settings.offer_rate_per_min} "
+                                    "a minute")
+            response.headers["Retry-After"] = str(math.ceil(wait_s))
+            return response
         media_type = request.headers.get("content-type", "").partition(";")[0].strip().lower()
         if media_type != "application/json":
             # a form or text/plain post needs no CORS preflight: any page on any site could open a session
@@ -119,7 +137,9 @@ def create_app(settings: Settings, services=None) -> FastAPI:
         except OfferError as exc:
             return _refuse(400, str(exc))
         if len(state.calls) >= state.settings.max_sessions:
-            return _refuse(503, f"busy: all {state.settings.max_sessions} sessions are in use; try again later")
+            response = _refuse(503, f"busy: all {state.settings.max_sessions} sessions are in use; try again later")
+            response.headers["Retry-After"] = "5"
+            return response
         call = Call(state.services, connect_timeout_s=state.settings.connect_timeout_s,
                     on_closed=state.calls.discard, observer=state.metrics.observer(Call.TRANSPORT))
         state.calls.add(call)
@@ -150,6 +170,13 @@ def _include_optional_routers(app: FastAPI) -> None:
             raise
         return  # telephony is still being built in this checkout
     app.include_router(router)
+
+
+def _origin_allowed(origin: str, request: Request, settings: Settings) -> bool:
+    """The page's own origin (the host it was served from), or one of settings.allowed_origins."""
+    allowed = {o.strip().rstrip("/") for o in settings.allowed_origins.split(",") if o.strip()}
+    own = {f"{scheme}://{request.headers.get('host', '')}" for scheme in ("http", "https")}
+    return origin.rstrip("/") in allowed | own
 
 
 def _refusal(status: int, reason: str) -> JSONResponse:

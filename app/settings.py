@@ -24,6 +24,10 @@ class Settings:
     ssl_keyfile: str | None = None
     max_sessions: int = 4                 # concurrent voice sessions; more get 503
     connect_timeout_s: float = 20.0       # a WebRTC offer that never connects is dropped after this
+    # access (app.auth)
+    auth_token: str | None = None         # when set, every route but the page and /healthz wants it
+    allowed_origins: str = ""             # comma-separated origins whose pages may POST /offer, besides our own
+    offer_rate_per_min: int = 30          # new browser calls a minute from one client address
     # models (None = the embedded default)
     asr_model: str | None = None          # a CTranslate2 Whisper directory
     voice: str | None = None              # a Piper .onnx voice (its .onnx.json beside it)

@@ -26,6 +26,7 @@ from fastapi.responses import PlainTextResponse, Response
 from starlette.websockets import WebSocketDisconnect, WebSocketState
 
 from app import twilio
+from app.auth import TOKEN_PARAMETER, token_matches
 from app.request_body import read_limited
 from app.twilio import TWILIO_FRAME_MS, TWILIO_FRAME_SAMPLES, TWILIO_RATE_HZ, ProtocolError, StreamStart
 from speech.audio import SAMPLE_RATE_HZ, mulaw_to_pcm, pcm_to_mulaw
@@ -35,7 +36,7 @@ log = logging.getLogger(__name__)
 STREAM_PATH = "/telephony/twilio"
 VOICE_PATH = "/telephony/twilio/voice"
 MAX_LATE_S = 0.2                    # the outgoing clock resyncs (rather than bursts) when this far behind
-CLOSE_NORMAL, CLOSE_UNSUPPORTED, CLOSE_TOO_BIG, CLOSE_ERROR, CLOSE_TRY_LATER = 1000, 1003, 1009, 1011, 1013
+CLOSE_NORMAL, CLOSE_UNSUPPORTED, CLOSE_POLICY, CLOSE_TOO_BIG, CLOSE_ERROR, CLOSE_TRY_LATER = 1000, 1003, 1008, 1009, 1011, 1013
 
 router = APIRouter()
 
@@ -94,7 +95,9 @@ async def twilio_voice(request: Request) -> Response:
     host = settings.public_host or request.headers.get("host")
     if not host:
         return _refuse(request.app, 400, "no public host: set PARLEY_PUBLIC_HOST (or send a Host header)")
-    twiml = twilio.connect_stream_twiml(f"wss://{host}{STREAM_PATH}")
+    # with PARLEY_AUTH_TOKEN, the stream carries it as a <Parameter> (Twilio takes no query string there)
+    parameters = {TOKEN_PARAMETER: settings.auth_token} if settings.auth_token else None
+    twiml = twilio.connect_stream_twiml(f"wss://{host}{STREAM_PATH}", parameters)
     return Response(twiml, media_type="text/xml")
 
 
@@ -136,8 +139,11 @@ async def twilio_stream(websocket: WebSocket) -> None:
     if len(state.calls) >= settings.max_sessions:
         await _deny(websocket, stats, 503, "busy", f"busy: all {settings.max_sessions} sessions are in use")
         return
+    # a token not shown at the handshake (app.auth.TokenGuard) must come in the start message
+    token = settings.auth_token if settings.auth_token and not getattr(websocket.state, "authenticated", False) else None
     call = TwilioCall(websocket, state.services, on_closed=state.calls.discard, stats=stats,
-                      on_event=getattr(state, "telephony_event_hook", None), metrics=getattr(state, "metrics", None))
+                      on_event=getattr(state, "telephony_event_hook", None), metrics=getattr(state, "metrics", None),
+                      token=token)
     state.calls.add(call)
     stats.calls += 1
     try:
@@ -163,8 +169,10 @@ class TwilioCall:
     TRANSPORT = "twilio"
 
     def __init__(self, websocket: WebSocket, services, *, on_closed: Callable[["TwilioCall"], None],
-                 stats: TelephonyStats, on_event: CallEventHook | None = None, metrics=None):
+                 stats: TelephonyStats, on_event: CallEventHook | None = None, metrics=None,
+                 token: str | None = None):
         self.websocket = websocket
+        self.token = token                          # the token the start message must carry, if any
         self.metrics = metrics                      # app.metrics.Metrics, or None
         self.services = services
         self.on_closed = on_closed
@@ -276,7 +284,14 @@ class TwilioCall:
         except ProtocolError as exc:
             self._ignore(exc.kind, str(exc))
             return str(exc), CLOSE_UNSUPPORTED
-        self.info = CallInfo(start.call_sid, start.stream_sid, start.account_sid, start.custom_parameters)
+        parameters = dict(start.custom_parameters)
+        given = parameters.pop(TOKEN_PARAMETER, None)   # never handed on to the integrator's hook
+        if self.token is not None and not token_matches(self.token, given):
+            self._ignore("token", "start without the right token")
+            if getattr(self.websocket.app.state, "metrics", None) is not None:
+                self.websocket.app.state.metrics.refuse(self.TRANSPORT, "token")
+            return "missing or wrong token", CLOSE_POLICY
+        self.info = CallInfo(start.call_sid, start.stream_sid, start.account_sid, parameters)
         observer = None
         if self.metrics is not None:
             self.metrics.start(self.TRANSPORT)

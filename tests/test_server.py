@@ -150,3 +150,113 @@ def test_serve_refuses_bad_tls_flags(capsys):
     assert "give both or neither" in capsys.readouterr().err
     assert parley(["serve", "--ssl-certfile", "/nonexistent/cert.pem", "--ssl-keyfile", "/nonexistent/key.pem"]) == 2
     assert "no such file" in capsys.readouterr().err
+
+
+# --- access: the token, the page's origins, the offer rate ------------------------------------------------------
+
+TOKEN = "s3cret-token"
+
+
+@pytest.fixture
+def guarded():
+    services = Services(asr=None, tts=None, engine=FakeEngine(lambda m: "Hello."), toolbox=FakeToolbox(),
+                        system_prompt=None, ready=True)
+    app = create_app(Settings(max_sessions=2, connect_timeout_s=1.0, auth_token=TOKEN, public_host="example.com",
+                              allowed_origins="https://partner.example", offer_rate_per_min=3), services)
+    with TestClient(app) as client:
+        yield app, client
+    services.shutdown()
+
+
+def test_every_route_but_the_page_and_health_wants_the_token(guarded):
+    from starlette.routing import Mount, WebSocketRoute
+    from starlette.websockets import WebSocketDisconnect
+
+    from app.auth import is_public
+    from app.telephony import STREAM_PATH
+
+    app, client = guarded
+    bearer = {"Authorization": f"Bearer {TOKEN}"}
+    walked = set()
+    for route in _every_route(app.routes):
+        if isinstance(route, Mount) or is_public(route.path):
+            continue
+        walked.add(route.path)
+        if isinstance(route, WebSocketRoute):
+            if route.path == STREAM_PATH:
+                continue   # its token may come in Twilio's start message: the next test
+            with pytest.raises(WebSocketDisconnect) as denied:
+                with client.websocket_connect(route.path + "?token=wrong"):
+                    pass
+            assert denied.value.code == 1008, route.path
+            continue
+        for method in route.methods - {"HEAD"}:
+            without = client.request(method, route.path)
+            wrong = client.request(method, route.path, headers={"Authorization": "Bearer nope"})
+            with_header = client.request(method, route.path, headers=bearer)
+            with_query = client.request(method, route.path, params={"token": TOKEN})
+            assert without.status_code == wrong.status_code == 401, (method, route.path, without.text)
+            assert without.headers["www-authenticate"] == "Bearer"
+            assert with_header.status_code != 401 and with_query.status_code != 401, (method, route.path)
+    assert {"/offer", "/metrics", "/telephony/twilio/voice", "/telephony/twilio"} <= walked
+    for path in ("/", "/healthz", "/static/app.js"):
+        assert client.get(path).status_code == 200, path
+
+
+def _every_route(routes, prefix=""):
+    """Routes, with those of included routers (FastAPI keeps them apart), their paths prefixed."""
+    for route in routes:
+        included = getattr(route, "original_router", None)
+        if included is not None:
+            yield from _every_route(included.routes, prefix + route.include_context.prefix)
+        else:
+            assert not prefix, "a prefixed router: give the walk its prefix"
+            yield route
+
+
+def test_twilio_carries_the_token_from_the_webhook_into_its_stream(guarded):
+    from starlette.websockets import WebSocketDisconnect
+
+    app, client = guarded
+    twiml = client.post("/telephony/twilio/voice", params={"token": TOKEN}, content=b"CallSid=CA1",
+                        headers={"content-type": "application/x-www-form-urlencoded"}).text
+    assert f'<Parameter name="token" value="{TOKEN}"/>' in twiml
+
+    def start(parameters):
+        return {"event": "start", "streamSid": "MZ1", "start": {
+            "streamSid": "MZ1", "callSid": "CA1", "customParameters": parameters,
+            "mediaFormat": {"encoding": "audio/x-mulaw", "sampleRate": 8000, "channels": 1}}}
+
+    with client.websocket_connect("/telephony/twilio") as ws:      # no token at the handshake ...
+        ws.send_json(start({"caller": "x"}))                         # ... nor in the start message
+        with pytest.raises(WebSocketDisconnect) as closed:
+            ws.receive_text()
+    assert closed.value.code == 1008 and not app.state.calls
+    with client.websocket_connect("/telephony/twilio") as ws:
+        ws.send_json(start({"token": TOKEN}))
+        deadline = time.monotonic() + 5
+        while not any(call.info for call in app.state.calls):
+            assert time.monotonic() < deadline, "the call with the token did not start"
+            time.sleep(0.01)
+        assert next(iter(app.state.calls)).info.custom_parameters == {}   # the token is not handed on
+        ws.send_json({"event": "stop", "streamSid": "MZ1"})
+    with client.websocket_connect(f"/telephony/twilio?token={TOKEN}") as ws:   # a client that can show it at once
+        ws.send_json(start({}))
+        deadline = time.monotonic() + 5
+        while not any(call.info for call in app.state.calls):
+            assert time.monotonic() < deadline, "the call with the token at the handshake did not start"
+            time.sleep(0.01)
+        ws.send_json({"event": "stop", "streamSid": "MZ1"})
+
+
+def test_offers_from_other_sites_and_too_many_offers_are_refused(guarded):
+    app, client = guarded
+    bearer = {"Authorization": f"Bearer {TOKEN}", **JSON}
+    body = json.dumps({"sdp": "v=0 not really", "type": "offer"})
+    other = client.post("/offer", content=body, headers={**bearer, "Origin": "https://evil.example"})
+    assert other.status_code == 403 and "evil.example" in other.json()["error"]
+    for origin in ("http://testserver", "https://partner.example", None):   # our own page, a listed one, no browser
+        headers = bearer if origin is None else {**bearer, "Origin": origin}
+        assert client.post("/offer", content=body, headers=headers).status_code == 400   # let in, then refused as SDP
+    limited = client.post("/offer", content=body, headers=bearer)    # the 4th in a minute, limit 3
+    assert limited.status_code == 429 and int(limited.headers["retry-after"]) > 0

@@ -113,10 +113,15 @@ function iceGathered(pc) {
   });
 }
 
+// With PARLEY_AUTH_TOKEN, open the page as /?token=...; the offer carries it as a bearer token.
+const ACCESS_TOKEN = new URLSearchParams(location.search).get("token");
+
 async function postOffer(offer) {
+  const headers = { "Content-Type": "application/json" };
+  if (ACCESS_TOKEN) headers.Authorization = `Bearer ${ACCESS_TOKEN}`;
   const response = await fetch("offer", {
     method: "POST",
-    headers: { "Content-Type": "application/json" },
+    headers,
     body: JSON.stringify({ sdp: offer.sdp, type: offer.type }),
   });
   const body = await response.json().catch(() => ({}));
