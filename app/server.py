@@ -2,10 +2,12 @@
 import asyncio
 import logging
 import math
+import os
 import statistics
 import time
 from collections import deque
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 from fastapi import FastAPI, Request
 from fastapi.responses import FileResponse, JSONResponse, Response
@@ -55,6 +57,17 @@ class LoopLag:
                 "max": round(samples[-1], 2), "samples": len(samples)}
 
 
+def process_stats() -> dict:
+    """This process's resident memory (MB), open file descriptors and OS threads (the models' pools included);
+    None where there is no /proc."""
+    try:
+        status = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines())
+        rss_mb = round(int(status["VmRSS"].split()[0]) / 1024, 1)
+        return {"rss_mb": rss_mb, "open_fds": len(os.listdir("/proc/self/fd")), "threads": int(status["Threads"])}
+    except (OSError, ValueError, KeyError):
+        return {"rss_mb": None, "open_fds": None, "threads": None}
+
+
 def create_app(settings: Settings, services=None) -> FastAPI:
     """The Parley app; `services` (or a test double) skips loading the models named by `settings`."""
 
@@ -99,6 +112,7 @@ def create_app(settings: Settings, services=None) -> FastAPI:
             "sessions": len(state.calls),
             "max_sessions": state.settings.max_sessions,
             "loop_lag_ms": state.loop_lag.summary(),
+            "process": process_stats(),
         }
 
     @app.get("/metrics", include_in_schema=False)

@@ -26,7 +26,7 @@ from speech.audio import SAMPLE_RATE_HZ, pcm_to_mulaw, resample
 from tests.fakes import FakeEngine, FakeToolbox, last_user
 from tests.prom import sample
 from tests.rtc_helpers import serve_in_thread
-from tests.twilio_sim import TwilioSimulator, speak_8k, voiced_seconds, wait_until
+from app.twilio_sim import TwilioSimulator, speak_8k, voiced_seconds, wait_until
 
 REPLY_HOURS = "We open at nine in the morning. On Saturdays we open at ten. On Sundays we stay closed all day long."
 REPLY_GO_AHEAD = "Of course, please go ahead."
@@ -445,3 +445,22 @@ def test_stream_without_a_valid_signature_gets_403_and_no_session(signed, signat
     assert refused.value.response.status_code == 403
     assert stats.calls == calls_before and stats.refused["signature"] == refused_before + 1
     assert not created and not app.state.calls
+
+
+def test_the_load_generator_times_every_turn_from_the_callers_side(phone, speech):
+    from app.loadtest import capacity, churn, percentile, run_level, table
+
+    host, app, _ = phone
+    _, tts = speech
+    questions = [speak_8k(tts, "What time do you open?"), speak_8k(tts, "Is there anything else?")]
+    row = asyncio.run(run_level(f"http://{host}", 2, questions, turns=2, timeout_s=30))
+    assert row["turns"] == row["answered"] == 4 and not row["dropped"] and not row["not_closed"]
+    # the caller waits at least the server's end-of-turn silence, and far less than the timeout
+    assert 600 <= row["p50"] <= row["p95"] < 10_000, row
+    assert row["rss_mb"] > 0 and row["fds"] > 0 and row["threads"] > 0 and row["sessions_after"] == 0
+    assert "| 2 | 4 | 4 |" in table([row])
+    assert capacity([row]) == (2 if row["p95"] <= 1500 else 0)
+    assert capacity([dict(row, answered=3)]) == 0
+    assert percentile([1.0, 2.0, 3.0, 4.0], 0.5) == 2.0 and percentile([1.0, 2.0, 3.0, 4.0], 0.95) == 4.0
+    report = asyncio.run(churn(f"http://{host}", questions[1], cycles=4, parallel=2))
+    assert "not closed by the server: 0; sessions left: 0" in report, report

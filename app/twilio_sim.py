@@ -1,4 +1,5 @@
-"""A Twilio Media Streams simulator for the telephony tests: Twilio's half of a call over a real WebSocket."""
+"""Twilio's half of a Media Streams call over a real WebSocket: the telephony tests' caller and the load
+generator's (app.loadtest)."""
 import asyncio
 import base64
 import json
@@ -28,6 +29,7 @@ class TwilioSimulator:
         self.messages: list[tuple[float, dict]] = []      # (perf_counter at arrival, message) from the server
         self.heard_at: list[tuple[float, np.ndarray]] = []   # (perf_counter, 20 ms) of the agent's audio as played
         self.echoed: list[tuple[float, str]] = []         # marks echoed after their audio played
+        self.said_at: list[tuple[float, bool]] = []       # (perf_counter, voiced?) of each 20 ms frame sent
         self.close_code: int | None = None
         self.closed_at: float | None = None               # perf_counter when the server closed the stream
         self._speech = np.zeros(0, dtype=np.int16)        # what the caller is about to say, 8 kHz
@@ -60,6 +62,11 @@ class TwilioSimulator:
     def say(self, audio_8k: np.ndarray) -> None:
         self._speech = np.concatenate([self._speech, audio_8k])
 
+    @property
+    def speaking(self) -> bool:
+        """Some of what it was given to say is not sent yet."""
+        return bool(len(self._speech))
+
     async def finish(self) -> None:
         await self.send({"event": "stop", "streamSid": self.stream_sid, "stop": {"callSid": "CAsim"}})
         await asyncio.wait_for(self._tasks[1], 10)  # the receiver ends when the server closes
@@ -79,6 +86,7 @@ class TwilioSimulator:
         while True:
             frame, self._speech = self._speech[:160], self._speech[160:]
             frame = np.pad(frame, (0, 160 - len(frame)))
+            self.said_at.append((time.perf_counter(), is_voiced(frame)))
             payload = base64.b64encode(pcm_to_mulaw(frame)).decode()
             await self.send({"event": "media", "streamSid": self.stream_sid,
                              "media": {"track": "inbound", "chunk": str(n + 1), "payload": payload}})
@@ -130,8 +138,15 @@ async def wait_until(condition, timeout_s: float, what: str) -> None:
         await asyncio.sleep(0.02)
 
 
+VOICED_RMS = 300.0   # int16 RMS of a 20 ms frame louder than near-silence
+
+
+def is_voiced(frame: np.ndarray) -> bool:
+    return bool(len(frame)) and float(np.sqrt(np.mean(frame.astype(np.float64) ** 2))) > VOICED_RMS
+
+
 def voiced_seconds(chunks: list[np.ndarray]) -> float:
     """Seconds of 8 kHz audio in 20 ms frames louder than near-silence."""
     audio = np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.int16)
     frames = audio[: len(audio) // 160 * 160].reshape(-1, 160).astype(np.float64)
-    return float((np.sqrt((frames ** 2).mean(axis=1)) > 300).sum() * 0.02)
+    return float((np.sqrt((frames ** 2).mean(axis=1)) > VOICED_RMS).sum() * 0.02)
