@@ -58,8 +58,9 @@ class Services:
     def warm_up(self) -> None:
         """One small pass through each model, so the first turn pays no one-time costs."""
         t0 = time.perf_counter()
-        self.asr.transcribe(np.zeros(16_000, dtype=np.int16))
-        self.tts.synthesize("Hello.")
+        # the models' own warm-ups: a transcript of zeros is "" before Whisper runs at all, so it warmed nothing
+        self.asr.warm_up()
+        self.tts.warm_up()
         opts = self.agent_options  # the agent's own decoding path (cache mode, block length), a short canvas
         # with the system prompt: a reused cache (cache "block") then holds it before the first call
         system = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
