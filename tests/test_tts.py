@@ -108,9 +108,13 @@ TEXTS = [
 ]
 
 
-@pytest.mark.parametrize("text", TEXTS)
-def test_clause_splitter_over_any_chunking_equals_split_clauses(text):
-    expected = split_clauses(text)
+@pytest.mark.parametrize("first_phrase_words", [None, 3, 6])
+@pytest.mark.parametrize("text", TEXTS + [
+    "Your appointment for a beard trim with us is on Friday at 3:30 PM, see you then.",
+    "We are located at 12 Main Street in Springfield right next to the library and the bank.",
+])
+def test_clause_splitter_over_any_chunking_equals_split_clauses(text, first_phrase_words):
+    expected = split_clauses(text, first_phrase_words)
     rng = random.Random(1234)
     chunkings = [[text[:i], text[i:]] for i in range(len(text) + 1)]      # every single cut
     chunkings.append(list(text))                                         # character by character
@@ -118,13 +122,36 @@ def test_clause_splitter_over_any_chunking_equals_split_clauses(text):
         cuts = sorted(rng.sample(range(len(text) + 1), rng.randint(1, 15)))
         chunkings.append([text[a:b] for a, b in zip([0, *cuts], [*cuts, len(text)])])
     for pieces in chunkings:
-        splitter, emitted = ClauseSplitter(), []
+        splitter, emitted = ClauseSplitter(first_phrase_words), []
         for piece in pieces:
             new = splitter.push(piece)
             emitted.extend(new)
             assert emitted == expected[:len(emitted)]  # what was emitted is final
         rest = splitter.flush()
         assert emitted + ([rest] if rest else []) == expected, pieces
+
+
+def test_the_first_phrase_is_short_and_keeps_numbers_and_clause_ends_whole():
+    first = lambda text: split_clauses(text, first_phrase_words=6)  # noqa: E731
+    # at the first boundary, however short, and with no wait for the words after it
+    assert first("Sure, we can do that. What day would you like?") == ["Sure,", "we can do that.",
+                                                                     "What day would you like?"]
+    assert ClauseSplitter(6).push("I'm sorry. We") == ["I'm sorry."]
+    assert ClauseSplitter().push("I'm sorry. We") == []                    # (the usual rule waits)
+    # before the first figure, from three words on
+    assert first("A haircut is $35 and takes 30 minutes.") == ["A haircut is", "$35 and takes 30 minutes."]
+    assert first("On Saturday we're open from 9:00 AM to 4:00 PM.") == ["On Saturday we're open from",
+                                                                      "9:00 AM to 4:00 PM."]
+    assert first("A haircut is $35.") == ["A haircut is $35."]           # the clause ends within two words
+    # in a long run of words, after six, never within two words after a figure nor two before the clause's end
+    assert first("Your appointment for a beard trim with us is on Friday at 3:30 PM.") == [
+        "Your appointment for a beard trim", "with us is on Friday at 3:30 PM."]
+    assert first("At 12 Main Street in Springfield right next to the library you will find us.") == [
+        "At 12 Main Street in Springfield", "right next to the library you will find us."]
+    question = "What day and time would you like to come in?"
+    assert split_clauses(question, 8) == [question]              # "come in?" ends it within two words of the 8th
+    # only the first chunk is short: the rest follows the usual rules
+    assert first("Okay, I can book that. Okay. Bye.") == ["Okay,", "I can book that. Okay. Bye."]
 
 
 def test_clause_splitter_emits_before_the_text_ends():
