@@ -60,8 +60,9 @@ def closed_schema(schema):
     return out
 
 
-def reply_lark(schemas: list[dict]) -> str:
-    """The reply grammar in llguidance's Lark syntax, for tools given as {"name", "parameters"} schemas."""
+def reply_lark(schemas: list[dict], call_required: bool = False) -> str:
+    """The reply grammar in llguidance's Lark syntax, for tools given as {"name", "parameters"} schemas;
+    call_required: the reply is a call (an API's tool_choice "required")."""
     speech = f"SPEECH: /[^<](?s:.)*/ & ~/(?s:.*){re.escape(TOOL_CALL_OPEN)}(?s:.*)/"
     if not schemas:
         return f"start: SPEECH\n{speech}\n"
@@ -69,7 +70,7 @@ def reply_lark(schemas: list[dict]) -> str:
                                                          "arguments": closed_schema(s["parameters"])},
                         "required": ["name", "arguments"], "additionalProperties": False} for s in schemas],
              "x-guidance": _JSON_FORMAT}
-    return (f"start: call | SPEECH\n"
+    return (f"start: call{'' if call_required else ' | SPEECH'}\n"
             f"call: {json.dumps(TOOL_CALL_OPEN)} %json {json.dumps(calls)} {json.dumps(TOOL_CALL_CLOSE)}\n"
             f"{speech}\n")
 
@@ -81,14 +82,15 @@ class ReplyGrammar:
     copies the compiled matcher (~20 us). One grammar may serve every session and thread.
     """
 
-    def __init__(self, tokenizer, schemas: list[dict], stop_ids: tuple[int, ...], vocab_size: int):
+    def __init__(self, tokenizer, schemas: list[dict], stop_ids: tuple[int, ...], vocab_size: int,
+                 call_required: bool = False):
         if vocab_size < tokenizer.get_vocab_size():
             raise ValueError(f"vocab_size {vocab_size} is smaller than the tokenizer's {tokenizer.get_vocab_size()}")
         if not stop_ids or not all(0 <= i < vocab_size for i in stop_ids):
             raise ValueError(f"stop_ids must be ids below vocab_size {vocab_size}, got {stop_ids!r}")
         self.vocab_size, self.stop_ids = vocab_size, tuple(stop_ids)
         ll_tokenizer = _ll_tokenizer(tokenizer, vocab_size, self.stop_ids)
-        self._matcher = llguidance.LLMatcher(ll_tokenizer, reply_lark(schemas), log_level=0)
+        self._matcher = llguidance.LLMatcher(ll_tokenizer, reply_lark(schemas, call_required), log_level=0)
         if self._matcher.is_error():
             raise ValueError(f"the tools' schemas do not compile to a grammar: {self._matcher.get_error()}")
 
@@ -108,14 +110,17 @@ def _ll_tokenizer(tokenizer, vocab_size: int, stop_ids: tuple[int, ...]) -> llgu
     return llguidance.LLTokenizer(plain.to_str(), n_vocab=vocab_size, eos_token=list(stop_ids))
 
 
-def grammar_for(tokenizer, schemas: list[dict], stop_ids: tuple[int, ...], vocab_size: int) -> ReplyGrammar:
+def grammar_for(tokenizer, schemas: list[dict], stop_ids: tuple[int, ...], vocab_size: int,
+                call_required: bool = False) -> ReplyGrammar:
     """The reply grammar of `schemas` for `tokenizer`, compiled once per combination (an agent is made per session)."""
-    return _grammar_for(tokenizer, json.dumps(schemas), tuple(stop_ids), vocab_size)  # the key order is the grammar's
+    # the key order is the grammar's
+    return _grammar_for(tokenizer, json.dumps(schemas), tuple(stop_ids), vocab_size, call_required)
 
 
 @lru_cache(maxsize=64)
-def _grammar_for(tokenizer, schemas_json: str, stop_ids: tuple[int, ...], vocab_size: int) -> ReplyGrammar:
-    return ReplyGrammar(tokenizer, json.loads(schemas_json), stop_ids, vocab_size)
+def _grammar_for(tokenizer, schemas_json: str, stop_ids: tuple[int, ...], vocab_size: int,
+                 call_required: bool) -> ReplyGrammar:
+    return ReplyGrammar(tokenizer, json.loads(schemas_json), stop_ids, vocab_size, call_required)
 
 
 class ReplyMatcher:

@@ -15,6 +15,7 @@ from fastapi.staticfiles import StaticFiles
 
 from app.auth import RateLimit, TokenGuard
 from app.metrics import Metrics
+from app.openai_api import router as openai_router
 from app.request_body import read_limited
 from app.rtc import Call, OfferError, parse_offer
 from app.settings import REPO_ROOT, Settings
@@ -166,6 +167,7 @@ def create_app(settings: Settings, services=None) -> FastAPI:
         return {"sdp": answer.sdp, "type": answer.type}
 
     _include_optional_routers(app)
+    app.include_router(openai_router)
     app.mount("/static", StaticFiles(directory=WEB_DIR), name="static")
     return app
 
