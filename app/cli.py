@@ -24,13 +24,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug details")
     subparsers = parser.add_subparsers(dest="command", required=True)
     for name in COMMAND_MODULES:
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name != name:
-                raise
-            continue  # a command still being built in this checkout
-        module.register(subparsers)
+        importlib.import_module(name).register(subparsers)
     return parser
 
 

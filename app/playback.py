@@ -3,11 +3,16 @@
 Transports pull fixed-size frames at their own real-time pace (an aiortc track, a Twilio pacer, a PortAudio
 callback). Each chunk carries the clause it speaks, so that on barge-in the history keeps only what was heard.
 """
+import asyncio
+import logging
 import threading
+import time
 from collections import deque
 from dataclasses import dataclass
 
 import numpy as np
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -112,3 +117,29 @@ class Playback:
         for event in events:
             for callback in self._listeners:
                 callback(event)
+
+
+class PacingClock:
+    """The wall clock that paces a transport's outgoing frames: `await wait()` returns when frame n is due,
+    n / frame_rate after the first. A loop that fell more than MAX_LATE_S behind (an event-loop stall) resyncs
+    rather than bursting the frames it missed; the frame count goes on (a WebRTC track's timestamps)."""
+
+    MAX_LATE_S = 0.2
+
+    def __init__(self, frame_s: float):
+        self.frame_s = frame_s
+        self.frames = 0                    # frames due so far, the one being waited for included
+        self._start_s: float | None = None  # monotonic time of frame 0
+
+    async def wait(self) -> None:
+        now_s = time.monotonic()
+        if self._start_s is None:
+            self._start_s = now_s
+            return
+        self.frames += 1
+        delay_s = self._start_s + self.frames * self.frame_s - now_s
+        if delay_s > 0:
+            await asyncio.sleep(delay_s)
+        elif delay_s < -self.MAX_LATE_S:
+            log.warning("outgoing audio %.0f ms behind the clock; resyncing", -delay_s * 1000)
+            self._start_s = now_s - self.frames * self.frame_s

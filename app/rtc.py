@@ -18,6 +18,7 @@ from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 from aiortc.sdp import SessionDescription
 from av import AudioFrame
 
+from app.playback import PacingClock
 from app.session import Session
 from speech.audio import SAMPLE_RATE_HZ, to_mono
 
@@ -26,7 +27,6 @@ log = logging.getLogger(__name__)
 RTC_RATE_HZ = 48_000                                 # Opus in WebRTC always runs at 48 kHz
 RTC_FRAME_MS = 20
 RTC_FRAME_SAMPLES = RTC_RATE_HZ * RTC_FRAME_MS // 1000   # 960
-MAX_LATE_S = 0.2                  # the outgoing clock resyncs (rather than bursts) when this far behind
 # NOTE: a streaming resampler holds samples back; 48 -> 16 kHz holds 21 ms at soxr's HQ, 15 ms at MQ, 6 ms at LQ.
 # MQ keeps 16-bit precision and a steep anti-alias filter, which is more than Whisper needs, for 6 ms less delay.
 INPUT_QUALITY = "MQ"
@@ -115,27 +115,16 @@ class PlaybackTrack(MediaStreamTrack):
         super().__init__()
         assert playback.sample_rate_hz == RTC_RATE_HZ, playback.sample_rate_hz
         self.playback = playback
-        self._start_s: float | None = None   # monotonic time of pts 0
-        self._pts = 0                        # samples sent so far
+        self._clock = PacingClock(RTC_FRAME_MS / 1000)
 
     async def recv(self) -> AudioFrame:
         if self.readyState != "live":
             raise MediaStreamError
-        now_s = time.monotonic()
-        if self._start_s is None:
-            self._start_s = now_s
-        else:
-            self._pts += RTC_FRAME_SAMPLES
-            delay_s = self._start_s + self._pts / RTC_RATE_HZ - now_s
-            if delay_s > 0:
-                await asyncio.sleep(delay_s)
-            elif delay_s < -MAX_LATE_S:
-                log.warning("outgoing audio %.0f ms behind the clock; resyncing", -delay_s * 1000)
-                self._start_s = now_s - self._pts / RTC_RATE_HZ
+        await self._clock.wait()
         samples = self.playback.read(RTC_FRAME_SAMPLES)
         frame = AudioFrame(format="s16", layout="mono", samples=RTC_FRAME_SAMPLES)
         frame.planes[0].update(samples.tobytes())
-        frame.pts = self._pts
+        frame.pts = self._clock.frames * RTC_FRAME_SAMPLES
         frame.sample_rate = RTC_RATE_HZ
         frame.time_base = fractions.Fraction(1, RTC_RATE_HZ)
         return frame

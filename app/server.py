@@ -19,6 +19,8 @@ from app.openai_api import router as openai_router
 from app.request_body import read_limited
 from app.rtc import Call, OfferError, parse_offer
 from app.settings import REPO_ROOT, Settings
+from app.telephony import STREAM_PATH
+from app.telephony import router as telephony_router
 
 log = logging.getLogger(__name__)
 
@@ -96,8 +98,6 @@ def create_app(settings: Settings, services=None) -> FastAPI:
     app.state.metrics = Metrics(lambda: list(app.state.calls))
     app.state.offer_rate = RateLimit(settings.offer_rate_per_min)
     if settings.auth_token:
-        from app.telephony import STREAM_PATH
-
         # Twilio's stream may carry the token in its start message instead (app.telephony)
         app.add_middleware(TokenGuard, token=settings.auth_token, deferred=(STREAM_PATH,))
 
@@ -166,7 +166,7 @@ def create_app(settings: Settings, services=None) -> FastAPI:
         state.metrics.start(Call.TRANSPORT)
         return {"sdp": answer.sdp, "type": answer.type}
 
-    _include_optional_routers(app)
+    app.include_router(telephony_router)
     app.include_router(openai_router)
     app.mount("/static", StaticFiles(directory=WEB_DIR), name="static")
     return app
@@ -176,16 +176,6 @@ def _load(settings: Settings):
     from app.services import Services
 
     return Services.load(settings)
-
-
-def _include_optional_routers(app: FastAPI) -> None:
-    try:
-        from app.telephony import router
-    except ModuleNotFoundError as exc:
-        if exc.name != "app.telephony":
-            raise
-        return  # telephony is still being built in this checkout
-    app.include_router(router)
 
 
 def _origin_allowed(origin: str, request: Request, settings: Settings) -> bool:

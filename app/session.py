@@ -7,7 +7,6 @@ Every model call runs in the Services' executors; this module owns the coroutine
 import asyncio
 import logging
 import threading
-import time
 from dataclasses import dataclass
 from typing import Awaitable, Callable
 

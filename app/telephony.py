@@ -13,13 +13,11 @@ the stream closes, and with nothing after `<Connect>` in the TwiML, Twilio ends 
 """
 import asyncio
 import logging
-import time
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Awaitable, Callable
 from urllib.parse import parse_qsl
 
-import numpy as np
 import soxr
 from fastapi import APIRouter, FastAPI, Request, WebSocket
 from fastapi.responses import PlainTextResponse, Response
@@ -27,6 +25,7 @@ from starlette.websockets import WebSocketDisconnect, WebSocketState
 
 from app import twilio
 from app.auth import TOKEN_PARAMETER, token_matches
+from app.playback import PacingClock
 from app.request_body import read_limited
 from app.twilio import TWILIO_FRAME_MS, TWILIO_FRAME_SAMPLES, TWILIO_RATE_HZ, ProtocolError, StreamStart
 from speech.audio import SAMPLE_RATE_HZ, mulaw_to_pcm, pcm_to_mulaw
@@ -35,7 +34,6 @@ log = logging.getLogger(__name__)
 
 STREAM_PATH = "/telephony/twilio"
 VOICE_PATH = "/telephony/twilio/voice"
-MAX_LATE_S = 0.2                    # the outgoing clock resyncs (rather than bursts) when this far behind
 CLOSE_NORMAL, CLOSE_UNSUPPORTED, CLOSE_POLICY, CLOSE_TOO_BIG, CLOSE_ERROR, CLOSE_TRY_LATER = 1000, 1003, 1008, 1009, 1011, 1013
 
 router = APIRouter()
@@ -334,15 +332,9 @@ class TwilioCall:
     async def _send_audio(self) -> None:
         """20 ms of the agent's voice per tick while it speaks, each finished chunk followed by its mark."""
         playback, stream_sid = self.session.playback, self.info.stream_sid
-        frame_s = TWILIO_FRAME_MS / 1000
-        start_s, ticks = time.monotonic(), 0
+        clock = PacingClock(TWILIO_FRAME_MS / 1000)
         while True:
-            ticks += 1
-            delay_s = start_s + ticks * frame_s - time.monotonic()
-            if delay_s > 0:
-                await asyncio.sleep(delay_s)
-            elif delay_s < -MAX_LATE_S:
-                start_s, ticks = time.monotonic(), 0   # the loop stalled: resync rather than burst
+            await clock.wait()
             samples, finished = playback.read_frame(TWILIO_FRAME_SAMPLES)
             # NOTE: an all-zero frame with no finished chunk is idle time (digital silence inside speech is
             # rare); Twilio needs no audio between replies.
