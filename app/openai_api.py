@@ -22,7 +22,7 @@ from pathlib import Path
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from app.agent import TOOL_CALL_OPEN, Agent, format_tool_call, parse_tool_calls, tool_message
+from app.agent import TOOL_CALL_OPEN, format_tool_call, parse_tool_calls, tool_message
 from app.request_body import read_limited
 
 router = APIRouter(prefix="/v1")
@@ -299,7 +299,7 @@ class _AgentJob:
         if messages[-1]["role"] != "user":
             raise ApiError(400, f"'{AGENT_MODEL}' answers a user message: the last message must be one",
                            param="messages")
-        self.agent = Agent(services.engine, services.toolbox, services.system_prompt, services.agent_options)
+        self.agent = services.new_agent()
         self.agent.messages = [{"role": m["role"], "content": _text(m.get("content"), "content", True)}
                                for m in messages[:-1] if m["role"] in ("user", "assistant")]
         self.question = _text(messages[-1]["content"], "content")

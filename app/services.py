@@ -6,7 +6,6 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-import numpy as np
 import torch
 
 from app.agent import Agent, AgentOptions, agent_options_for
@@ -55,6 +54,10 @@ class Services:
         log.info("models loaded in %.1f s (llm %s, %s)", time.perf_counter() - t0, settings.llm_model, engine.chat_style)
         return services
 
+    def new_agent(self) -> Agent:
+        """A fresh conversation on these models and tools (a call, an API request)."""
+        return Agent(self.engine, self.toolbox, self.system_prompt, self.agent_options)
+
     def warm_up(self) -> None:
         """One small pass through each model, so the first turn pays no one-time costs."""
         t0 = time.perf_counter()
@@ -64,7 +67,7 @@ class Services:
         # The agent's own first generation of a turn, without history or tools: its decoding path, the system
         # prompt left in a reused KV cache (cache "block"), and the reply grammar (the tokenizer's index, ~0.4 s,
         # built once). The first call's first turn was ~1 s slower than the next without it.
-        Agent(self.engine, self.toolbox, self.system_prompt, self.agent_options).draft("Hello, what are your hours?")
+        self.new_agent().draft("Hello, what are your hours?")
         _return_freed_memory()
         self.ready = True
         log.info("models warm in %.1f s", time.perf_counter() - t0)

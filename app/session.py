@@ -12,7 +12,7 @@ from typing import Awaitable, Callable
 
 import numpy as np
 
-from app.agent import Agent, parse_tool_calls
+from app.agent import parse_tool_calls
 from app.playback import Playback
 from app.services import Services
 from app.trace import TurnTrace
@@ -61,7 +61,7 @@ class Session:
         self.on_control = on_control
         self.on_clear: Callable[[], None] | None = None   # transports that buffer at the far end (Twilio `clear`)
         self.detector = TurnDetector(services.vad_config)
-        self.agent = Agent(services.engine, services.toolbox, services.system_prompt, services.agent_options)
+        self.agent = services.new_agent()
         self.playback = Playback(output_rate_hz, confirm_marks)
         self.playback.add_listener(self._on_playback_event)
         self.turns: list[TurnTrace] = []                   # every turn's latency trace, newest last
