@@ -15,6 +15,7 @@ capacity is the most callers whose p95 was at most 1.5 s with every turn answere
 """
 import argparse
 import asyncio
+import itertools
 import os
 import random
 import socket
@@ -58,13 +59,17 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, int(np.ceil(q * len(ordered))) - 1))]
 
 
-async def one_call(ws_url: str, questions: list[np.ndarray], turns: int, first: int, timeout_s: float) -> CallResult:
-    """A caller asking `turns` questions, one after the other's reply."""
+async def one_call(ws_url: str, questions: list[np.ndarray], turns: int, first: int, timeout_s: float,
+                   until_s: float | None = None) -> CallResult:
+    """A caller asking `turns` questions, one after the other's reply; with `until_s` (a time.monotonic()),
+    as many as fit before then instead."""
     result = CallResult()
     async with connect(ws_url, max_size=None) as ws:
         sim = TwilioSimulator(ws, stream_sid=f"MZload{first}")
         await sim.start()
-        for turn in range(turns):
+        for turn in itertools.count():
+            if turn >= turns if until_s is None else time.monotonic() >= until_s:
+                break
             if sim.close_code is not None:
                 result.dropped = True
                 break
@@ -126,13 +131,16 @@ async def health(url: str) -> dict:
         return (await client.get(f"{url}/healthz", timeout=10)).json()
 
 
-async def run_level(url: str, k: int, questions, turns: int, timeout_s: float) -> dict:
+async def run_level(url: str, k: int, questions, turns: int, timeout_s: float, soak_s: float | None = None) -> dict:
+    """K callers at once, `turns` questions each (or, with soak_s, as many as fit in that many seconds)."""
     ws_url = url.replace("http", "ws", 1) + "/telephony/twilio"
     before = await health(url)
-    results = await asyncio.gather(*(one_call(ws_url, questions, turns, i, timeout_s) for i in range(k)))
+    until_s = None if soak_s is None else time.monotonic() + soak_s
+    results = await asyncio.gather(*(one_call(ws_url, questions, turns, i, timeout_s, until_s) for i in range(k)))
     after = await health(url)
     latencies = [ms for r in results for ms in r.latencies_ms]
-    return {"calls": k, "turns": k * turns, "answered": len(latencies),
+    asked = sum(len(r.latencies_ms) + r.unanswered for r in results)
+    return {"calls": k, "turns": asked, "answered": len(latencies),
             "p50": percentile(latencies, 0.5), "p95": percentile(latencies, 0.95),
             "dropped": sum(r.dropped for r in results), "not_closed": sum(r.not_closed for r in results),
             "rss_mb": after["process"]["rss_mb"], "fds": after["process"]["open_fds"],
@@ -211,6 +219,7 @@ def main(argv=None) -> None:
     parser.add_argument("--timeout", type=float, default=30.0, help="seconds before a turn counts as unanswered")
     parser.add_argument("--churn", type=int, default=0, help="short calls hung up at random moments, after the levels")
     parser.add_argument("--churn-parallel", type=int, default=2, help="churn calls at a time")
+    parser.add_argument("--soak", type=float, help="seconds each level's callers keep asking (instead of --turns)")
     parser.add_argument("--llm-model", help="the server's model (only when this command starts it)")
     args = parser.parse_args(argv)
     args.calls = [int(k) for k in args.calls.split(",") if k.strip()]
@@ -225,9 +234,10 @@ def main(argv=None) -> None:
             asyncio.run(wait_ready(url, server))
             rows = []
             for k in args.calls:
-                rows.append(asyncio.run(run_level(url, k, questions, args.turns, args.timeout)))
+                rows.append(asyncio.run(run_level(url, k, questions, args.turns, args.timeout, args.soak)))
                 print(f"{k} calls done: p95 {rows[-1]['p95']:.0f} ms", file=sys.stderr, flush=True)
-            print(f"# {args.turns} spoken questions per caller, callers at once; server {url}")
+            asked = f"questions for {args.soak:g} s" if args.soak else f"{args.turns} spoken questions"
+            print(f"# {asked} per caller, callers at once; server {url}")
             print(table(rows))
             print(f"capacity (p95 <= {CAPACITY_P95_MS:.0f} ms, every turn answered): {capacity(rows)} calls")
             if args.churn:
