@@ -1,9 +1,11 @@
 """Load generator: K simulated phone callers at once against a live server, timed on the caller's side.
 
-    python -m app.loadtest [--url http://HOST:PORT] [--calls 1,2,4] [--turns 3] [--churn 0] [--llm-model DIR]
+    python -m app.loadtest [--url http://HOST:PORT] [--calls 1,2,4] [--turns 3] [--transport twilio|webrtc]
+                           [--soak SECONDS] [--churn 0] [--llm-model DIR]
 
 Each caller is Twilio's half of a Media Stream over the real WebSocket (app.twilio_sim): it speaks questions in
-the bundled Piper voice at real-time pace, plays the reply back at real-time pace and echoes its marks. A turn's
+the bundled Piper voice at real-time pace, plays the reply back at real-time pace and echoes its marks. With
+--transport webrtc each is an aiortc peer that posts its offer to /offer, as the page does (app.rtc_sim). A turn's
 voice-to-voice latency is the time from the last voiced 20 ms frame the caller sent to the first voiced frame of
 the reply it heard: what a caller waits, network and pacing included. A turn with no reply within --timeout is
 unanswered; a call the server closed before the caller hung up is dropped.
@@ -16,6 +18,7 @@ capacity is the most callers whose p95 was at most 1.5 s with every turn answere
 import argparse
 import asyncio
 import itertools
+import json
 import os
 import random
 import socket
@@ -29,7 +32,10 @@ import httpx
 import numpy as np
 from websockets.asyncio.client import connect
 
-from app.twilio_sim import TwilioSimulator, is_voiced, speak_8k, wait_until
+from app.rtc import RTC_RATE_HZ
+from app.rtc_sim import Client, ScriptedMicrophone
+from app.twilio_sim import VOICED_RMS, TwilioSimulator, is_voiced, speak_8k, wait_until
+from speech.audio import resample
 
 QUESTIONS = (
     "Hi, what time do you open on Saturday?",
@@ -92,23 +98,69 @@ async def one_call(ws_url: str, questions: list[np.ndarray], turns: int, first: 
     return result
 
 
-async def _first_voiced_after(sim: TwilioSimulator, t0: float, timeout_s: float) -> float | None:
+async def one_browser_call(url: str, questions: list[np.ndarray], turns: int, first: int, timeout_s: float,
+                           until_s: float | None = None) -> CallResult:
+    """one_call over WebRTC: an aiortc peer posts its offer to /offer and speaks 48 kHz audio (app.rtc_sim)."""
+    result = CallResult()
+    microphone = ScriptedMicrophone(np.zeros(0, dtype=np.int16))
+    client = Client(microphone)
+    await client.connect(url)
+    closed = lambda: client.pc.connectionState in ("failed", "closed")  # noqa: E731
+    voiced = lambda: [t for t, rms in client.heard if rms > VOICED_RMS]  # noqa: E731
+    try:
+        for turn in itertools.count():
+            if turn >= turns if until_s is None else time.monotonic() >= until_s:
+                break
+            if closed():
+                result.dropped = True
+                break
+            microphone.say(questions[(first + turn) % len(questions)])
+            await wait_until(lambda: not microphone.speaking, 60, "the question to be sent")
+            spoken = [t for t, loud in microphone.said_at if loud]
+            last_voiced = spoken[-1] if spoken else time.perf_counter()
+            first_heard = await _first_after(lambda: voiced(), last_voiced, timeout_s, closed)
+            if first_heard is None:
+                result.unanswered += 1
+                continue
+            result.latencies_ms.append((first_heard - last_voiced) * 1000)
+            await _quiet(voiced, 60, closed)
+        result.dropped = result.dropped or closed()
+        client.channel.send(json.dumps({"type": "hangup"}))
+        await asyncio.sleep(0.5)
+    finally:
+        await client.pc.close()
+    return result
+
+
+async def _first_after(times, t0: float, timeout_s: float, closed) -> float | None:
+    """The first of times() after t0, waiting up to timeout_s; None if none came (or the call closed)."""
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline and sim.close_code is None:
-        heard = next((t for t, chunk in sim.heard_at if t > t0 and is_voiced(chunk)), None)
+    while time.monotonic() < deadline and not closed():
+        heard = next((t for t in times() if t > t0), None)
         if heard is not None:
             return heard
         await asyncio.sleep(0.01)
     return None
 
 
-async def _reply_over(sim: TwilioSimulator, timeout_s: float) -> None:
+async def _quiet(times, timeout_s: float, closed) -> None:
+    """Until QUIET_S passed since the last of times() (the reply is over)."""
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline and sim.close_code is None:
-        voiced = [t for t, chunk in sim.heard_at if is_voiced(chunk)]
-        if voiced and time.perf_counter() - voiced[-1] > QUIET_S:
+    while time.monotonic() < deadline and not closed():
+        heard = times()
+        if heard and time.perf_counter() - heard[-1] > QUIET_S:
             return
         await asyncio.sleep(0.05)
+
+
+async def _first_voiced_after(sim: TwilioSimulator, t0: float, timeout_s: float) -> float | None:
+    return await _first_after(lambda: [t for t, chunk in sim.heard_at if is_voiced(chunk)], t0, timeout_s,
+                              lambda: sim.close_code is not None)
+
+
+async def _reply_over(sim: TwilioSimulator, timeout_s: float) -> None:
+    await _quiet(lambda: [t for t, chunk in sim.heard_at if is_voiced(chunk)], timeout_s,
+                 lambda: sim.close_code is not None)
 
 
 async def churn_call(ws_url: str, words: np.ndarray, hang_up_after_s: float) -> CallResult:
@@ -131,12 +183,18 @@ async def health(url: str) -> dict:
         return (await client.get(f"{url}/healthz", timeout=10)).json()
 
 
-async def run_level(url: str, k: int, questions, turns: int, timeout_s: float, soak_s: float | None = None) -> dict:
-    """K callers at once, `turns` questions each (or, with soak_s, as many as fit in that many seconds)."""
+async def run_level(url: str, k: int, questions, turns: int, timeout_s: float, soak_s: float | None = None,
+                    transport: str = "twilio") -> dict:
+    """K callers at once, `turns` questions each (or, with soak_s, as many as fit in that many seconds); questions
+    are 8 kHz audio for Twilio, 48 kHz for WebRTC."""
     ws_url = url.replace("http", "ws", 1) + "/telephony/twilio"
     before = await health(url)
     until_s = None if soak_s is None else time.monotonic() + soak_s
-    results = await asyncio.gather(*(one_call(ws_url, questions, turns, i, timeout_s, until_s) for i in range(k)))
+    if transport == "webrtc":
+        calls = [one_browser_call(url, questions, turns, i, timeout_s, until_s) for i in range(k)]
+    else:
+        calls = [one_call(ws_url, questions, turns, i, timeout_s, until_s) for i in range(k)]
+    results = await asyncio.gather(*calls)
     after = await health(url)
     latencies = [ms for r in results for ms in r.latencies_ms]
     asked = sum(len(r.latencies_ms) + r.unanswered for r in results)
@@ -220,6 +278,8 @@ def main(argv=None) -> None:
     parser.add_argument("--churn", type=int, default=0, help="short calls hung up at random moments, after the levels")
     parser.add_argument("--churn-parallel", type=int, default=2, help="churn calls at a time")
     parser.add_argument("--soak", type=float, help="seconds each level's callers keep asking (instead of --turns)")
+    parser.add_argument("--transport", choices=("twilio", "webrtc"), default="twilio",
+                        help="callers over Twilio's WebSocket, or aiortc peers through /offer")
     parser.add_argument("--llm-model", help="the server's model (only when this command starts it)")
     args = parser.parse_args(argv)
     args.calls = [int(k) for k in args.calls.split(",") if k.strip()]
@@ -227,21 +287,26 @@ def main(argv=None) -> None:
     from speech.tts import Synthesizer
 
     tts = Synthesizer()
-    questions = [speak_8k(tts, q) for q in QUESTIONS]
+    if args.transport == "webrtc":
+        questions = [resample(tts.synthesize(q), tts.sample_rate_hz, RTC_RATE_HZ) for q in QUESTIONS]
+    else:
+        questions = [speak_8k(tts, q) for q in QUESTIONS]
     with tempfile.TemporaryDirectory() as workdir:
         server, url = start_server(args, workdir) if args.url is None else (None, args.url.rstrip("/"))
         try:
             asyncio.run(wait_ready(url, server))
             rows = []
             for k in args.calls:
-                rows.append(asyncio.run(run_level(url, k, questions, args.turns, args.timeout, args.soak)))
+                rows.append(asyncio.run(run_level(url, k, questions, args.turns, args.timeout, args.soak,
+                                                  args.transport)))
                 print(f"{k} calls done: p95 {rows[-1]['p95']:.0f} ms", file=sys.stderr, flush=True)
             asked = f"questions for {args.soak:g} s" if args.soak else f"{args.turns} spoken questions"
-            print(f"# {asked} per caller, callers at once; server {url}")
+            print(f"# {asked} per caller over {args.transport}, callers at once; server {url}")
             print(table(rows))
             print(f"capacity (p95 <= {CAPACITY_P95_MS:.0f} ms, every turn answered): {capacity(rows)} calls")
             if args.churn:
-                print(asyncio.run(churn(url, questions[0], args.churn, args.churn_parallel)))
+                # (hang-ups are Twilio calls: their words are 8 kHz)
+                print(asyncio.run(churn(url, speak_8k(tts, QUESTIONS[0]), args.churn, args.churn_parallel)))
         finally:
             if server is not None:
                 server.terminate()

@@ -1,6 +1,5 @@
 """The WebRTC transport end to end: an aiortc client speaks a Piper question to a live server and hears the answer."""
 import asyncio
-import fractions
 import json
 import re
 import time
@@ -8,8 +7,6 @@ import time
 import httpx
 import numpy as np
 import pytest
-from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
-from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 from av import AudioFrame
 
 from app.playback import Playback
@@ -19,9 +16,9 @@ from app.settings import Settings
 from speech.audio import resample
 from tests.prom import sample
 from tests.wer import word_error_rate
+from app.rtc_sim import Client, ScriptedMicrophone
 from tests.rtc_helpers import ANSWER, QUESTION, QUESTION_WORDS, front_desk_services, serve_in_thread, spoken_question
 
-TURN_TIMEOUT_S = 60.0
 AUDIBLE_RMS = 300.0          # int16 RMS of a 20 ms frame that holds speech (silence decodes to ~0)
 BARGE_IN_BOUND_S = 0.6       # VAD start (100 ms) + jitter buffers both ways, with room for a loaded CI machine
 QUIET_AFTER_S = 1.0          # longer than any pause inside a reply, shorter than the wait for the next one
@@ -39,72 +36,6 @@ def server(models):
     with serve_in_thread(app) as url:
         yield url, app
     services.shutdown()
-
-
-class ScriptedMicrophone(MediaStreamTrack):
-    """A microphone that says what it is given (int16, 48 kHz) at real-time pace, and silence in between."""
-
-    kind = "audio"
-
-    def __init__(self, samples: np.ndarray):
-        super().__init__()
-        self._pending = samples
-        self._pts = 0
-        self._start_s = None
-
-    def say(self, samples: np.ndarray) -> None:
-        self._pending = np.concatenate([self._pending, samples])
-
-    async def recv(self) -> AudioFrame:
-        if self._start_s is None:
-            self._start_s = time.monotonic()
-        await asyncio.sleep(max(0.0, self._start_s + self._pts / RTC_RATE_HZ - time.monotonic()))
-        chunk, self._pending = self._pending[:RTC_FRAME_SAMPLES], self._pending[RTC_FRAME_SAMPLES:]
-        chunk = np.pad(chunk, (0, RTC_FRAME_SAMPLES - len(chunk)))
-        frame = AudioFrame(format="s16", layout="mono", samples=RTC_FRAME_SAMPLES)
-        frame.planes[0].update(chunk.astype(np.int16).tobytes())
-        frame.pts, frame.sample_rate, frame.time_base = self._pts, RTC_RATE_HZ, fractions.Fraction(1, RTC_RATE_HZ)
-        self._pts += RTC_FRAME_SAMPLES
-        return frame
-
-
-class Client:
-    """A Python peer that behaves like the page: an `events` channel, a microphone track, a loudness log."""
-
-    def __init__(self, microphone: MediaStreamTrack):
-        self.pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
-        self.events: list[dict] = []
-        self.heard: list[tuple[float, float]] = []     # (monotonic s, int16 RMS) per received 20 ms frame
-        self.channel = self.pc.createDataChannel("events")
-        self.channel.on("message", lambda m: self.events.append(json.loads(m)))
-        self.pc.addTrack(microphone)
-        self.pc.on("track", lambda track: asyncio.ensure_future(self._listen(track)))
-
-    async def connect(self, url: str) -> None:
-        await self.pc.setLocalDescription(await self.pc.createOffer())
-        offer = {"sdp": self.pc.localDescription.sdp, "type": self.pc.localDescription.type}
-        async with httpx.AsyncClient() as http:
-            response = await http.post(f"{url}/offer", json=offer, timeout=30)
-        assert response.status_code == 200, response.text
-        await self.pc.setRemoteDescription(RTCSessionDescription(**response.json()))
-
-    async def _listen(self, track) -> None:
-        while True:
-            try:
-                frame = await track.recv()
-            except MediaStreamError:
-                return
-            x = frame.to_ndarray().astype(np.float64)
-            self.heard.append((time.monotonic(), float(np.sqrt(np.mean(x * x)))))
-
-    def loudest(self) -> float:
-        return max((rms for _, rms in self.heard), default=0.0)
-
-    async def wait_for(self, predicate, what: str, timeout_s: float = TURN_TIMEOUT_S):
-        deadline = time.monotonic() + timeout_s
-        while not predicate():
-            assert time.monotonic() < deadline, f"timed out waiting for {what}; events so far: {self.events}"
-            await asyncio.sleep(0.05)
 
 
 def words(text: str) -> set[str]:
@@ -166,7 +97,7 @@ def test_barge_in_silences_the_agent_at_once(server, models):
         await client.connect(url)
         await client.wait_for(lambda: client.loudest() > AUDIBLE_RMS, "the reply's audio")
         await asyncio.sleep(0.5)          # well inside the ~4 s reply
-        barge_in_s = time.monotonic()
+        barge_in_s = time.perf_counter()
         microphone.say(interruption)
         await asyncio.sleep(BARGE_IN_BOUND_S + QUIET_AFTER_S + 0.2)
         await client.pc.close()
@@ -251,3 +182,13 @@ def test_playback_track_is_paced_at_real_time_and_plays_queued_speech_then_silen
     assert (samples[0] == 1000).all() and (samples[1][:RTC_FRAME_SAMPLES // 2] == 1000).all()
     assert not samples[1][RTC_FRAME_SAMPLES // 2:].any() and not any(s.any() for s in samples[2:])
     assert 0.19 <= elapsed_s < 0.4, elapsed_s                      # 10 frame periods after the first
+
+
+def test_the_load_generator_drives_browser_callers_too(server, models):
+    from app.loadtest import run_level
+
+    url, app = server
+    question = spoken_question(models[1], RTC_RATE_HZ, lead_s=0.3, tail_s=0.0)
+    row = asyncio.run(run_level(url, 1, [question], turns=2, timeout_s=30, transport="webrtc"))
+    assert row["turns"] == row["answered"] == 2 and not row["dropped"], row
+    assert 600 <= row["p50"] <= row["p95"] < 10_000, row   # at least the end-of-turn silence
