@@ -27,6 +27,7 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
+from typing import Callable
 
 import httpx
 import numpy as np
@@ -65,32 +66,50 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, int(np.ceil(q * len(ordered))) - 1))]
 
 
+@dataclass
+class _Line:
+    """A caller's side of a call, whatever the transport: what the turn loop (`_ask`) needs of it."""
+    say: Callable[[np.ndarray], None]   # queue audio to speak at real-time pace
+    speaking: Callable[[], bool]        # some of it is not sent yet
+    spoken: Callable[[], list[float]]   # perf_counter times of the voiced frames sent
+    heard: Callable[[], list[float]]    # perf_counter times of the voiced frames heard
+    closed: Callable[[], bool]          # the server ended the call
+
+
+async def _ask(line: _Line, questions: list[np.ndarray], turns: int, first: int, timeout_s: float,
+               until_s: float | None, result: CallResult) -> None:
+    """`turns` questions, each after the previous reply is over (with `until_s`, a time.monotonic(), as many as
+    fit before then instead), timed into `result`."""
+    for turn in itertools.count():
+        if turn >= turns if until_s is None else time.monotonic() >= until_s:
+            break
+        if line.closed():
+            break
+        line.say(questions[(first + turn) % len(questions)])
+        await wait_until(lambda: not line.speaking(), 60, "the question to be sent")
+        spoken = line.spoken()
+        last_voiced = spoken[-1] if spoken else time.perf_counter()
+        first_heard = await _first_after(line.heard, last_voiced, timeout_s, line.closed)
+        if first_heard is None:
+            result.unanswered += 1
+            continue
+        result.latencies_ms.append((first_heard - last_voiced) * 1000)
+        await _quiet(line.heard, 60, line.closed)
+    result.dropped = line.closed()
+
+
 async def one_call(ws_url: str, questions: list[np.ndarray], turns: int, first: int, timeout_s: float,
                    until_s: float | None = None) -> CallResult:
-    """A caller asking `turns` questions, one after the other's reply; with `until_s` (a time.monotonic()),
-    as many as fit before then instead."""
+    """A phone caller asking its questions (`_ask`) over Twilio's WebSocket (app.twilio_sim), 8 kHz audio."""
     result = CallResult()
     async with connect(ws_url, max_size=None) as ws:
         sim = TwilioSimulator(ws, stream_sid=f"MZload{first}")
         await sim.start()
-        for turn in itertools.count():
-            if turn >= turns if until_s is None else time.monotonic() >= until_s:
-                break
-            if sim.close_code is not None:
-                result.dropped = True
-                break
-            sim.say(questions[(first + turn) % len(questions)])
-            await wait_until(lambda: not sim.speaking, 60, "the question to be sent")
-            spoken = [t for t, voiced in sim.said_at if voiced]
-            last_voiced = spoken[-1] if spoken else time.perf_counter()
-            first_heard = await _first_voiced_after(sim, last_voiced, timeout_s)
-            if first_heard is None:
-                result.unanswered += 1
-                continue
-            result.latencies_ms.append((first_heard - last_voiced) * 1000)
-            await _reply_over(sim, timeout_s=60)
-        if sim.close_code is not None:
-            result.dropped = True
+        line = _Line(say=sim.say, speaking=lambda: sim.speaking,
+                     spoken=lambda: [t for t, voiced in sim.said_at if voiced],
+                     heard=lambda: [t for t, chunk in sim.heard_at if is_voiced(chunk)],
+                     closed=lambda: sim.close_code is not None)
+        await _ask(line, questions, turns, first, timeout_s, until_s, result)
         try:
             await sim.finish()
         except asyncio.TimeoutError:
@@ -105,26 +124,12 @@ async def one_browser_call(url: str, questions: list[np.ndarray], turns: int, fi
     microphone = ScriptedMicrophone(np.zeros(0, dtype=np.int16))
     client = Client(microphone)
     await client.connect(url)
-    closed = lambda: client.pc.connectionState in ("failed", "closed")  # noqa: E731
-    voiced = lambda: [t for t, rms in client.heard if rms > VOICED_RMS]  # noqa: E731
+    line = _Line(say=microphone.say, speaking=lambda: microphone.speaking,
+                 spoken=lambda: [t for t, voiced in microphone.said_at if voiced],
+                 heard=lambda: [t for t, rms in client.heard if rms > VOICED_RMS],
+                 closed=lambda: client.pc.connectionState in ("failed", "closed"))
     try:
-        for turn in itertools.count():
-            if turn >= turns if until_s is None else time.monotonic() >= until_s:
-                break
-            if closed():
-                result.dropped = True
-                break
-            microphone.say(questions[(first + turn) % len(questions)])
-            await wait_until(lambda: not microphone.speaking, 60, "the question to be sent")
-            spoken = [t for t, loud in microphone.said_at if loud]
-            last_voiced = spoken[-1] if spoken else time.perf_counter()
-            first_heard = await _first_after(lambda: voiced(), last_voiced, timeout_s, closed)
-            if first_heard is None:
-                result.unanswered += 1
-                continue
-            result.latencies_ms.append((first_heard - last_voiced) * 1000)
-            await _quiet(voiced, 60, closed)
-        result.dropped = result.dropped or closed()
+        await _ask(line, questions, turns, first, timeout_s, until_s, result)
         client.channel.send(json.dumps({"type": "hangup"}))
         await asyncio.sleep(0.5)
     finally:
@@ -151,16 +156,6 @@ async def _quiet(times, timeout_s: float, closed) -> None:
         if heard and time.perf_counter() - heard[-1] > QUIET_S:
             return
         await asyncio.sleep(0.05)
-
-
-async def _first_voiced_after(sim: TwilioSimulator, t0: float, timeout_s: float) -> float | None:
-    return await _first_after(lambda: [t for t, chunk in sim.heard_at if is_voiced(chunk)], t0, timeout_s,
-                              lambda: sim.close_code is not None)
-
-
-async def _reply_over(sim: TwilioSimulator, timeout_s: float) -> None:
-    await _quiet(lambda: [t for t, chunk in sim.heard_at if is_voiced(chunk)], timeout_s,
-                 lambda: sim.close_code is not None)
 
 
 async def churn_call(ws_url: str, words: np.ndarray, hang_up_after_s: float) -> CallResult:
