@@ -139,7 +139,7 @@ def _starting_with(prefixes: list[str], texts: list[str], allows):
     return narrowed
 
 
-class _SpeechFilter:
+class SpeechFilter:
     """Passes streamed model text through to `on_text`, holding back anything inside tool-call markup.
 
     With `vet`, the reply's first sentence is judged whole before any of it is spoken: if vet(sentence) is False,
@@ -170,11 +170,13 @@ class _SpeechFilter:
             pending = self.text[self.emitted:]
             start = pending.find(TOOL_CALL_OPEN)
             if start < 0:
-                # keep a possible partial "<tool_c" at the end back until the next block decides it
+                # keep a possible partial "<tool_c" at the end back until the next block decides it, and
+                # whitespace alone until words follow it (an API streams the text exactly)
                 keep = next((k for k in range(len(TOOL_CALL_OPEN) - 1, 0, -1)
                              if pending.endswith(TOOL_CALL_OPEN[:k])), 0)
-                self._say(pending[: len(pending) - keep])
-                self.emitted += len(pending) - keep
+                if pending[: len(pending) - keep].strip():
+                    self._say(pending[: len(pending) - keep])
+                    self.emitted += len(pending) - keep
                 return
             self._say(pending[:start])
             end = pending.find(TOOL_CALL_CLOSE, start)
@@ -339,7 +341,7 @@ class Agent:
         lacking = False
         for round_ in range(opts.max_tool_rounds + 1):
             vet, tools = self._vet() if round_ == 0 else (None, ())
-            speech = _SpeechFilter(on_text, vet)
+            speech = SpeechFilter(on_text, vet)
             if first is not None and first.stopped != "cancelled":
                 gen, first = first, None                   # drafted during the user's silence
                 speech.feed(gen.text)

@@ -17,12 +17,13 @@ import json
 import threading
 import time
 import uuid
+from contextlib import contextmanager
 from pathlib import Path
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from app.agent import TOOL_CALL_OPEN, format_tool_call, parse_tool_calls, tool_message
+from app.agent import SpeechFilter, format_tool_call, parse_tool_calls, tool_message
 from app.request_body import read_limited
 
 router = APIRouter(prefix="/v1")
@@ -81,13 +82,11 @@ async def chat_completions(request: Request):
     completion_id = f"chatcmpl-{uuid.uuid4().hex[:24]}"
     if req["stream"]:
         return StreamingResponse(_stream(state, job, req, completion_id), media_type="text/event-stream")
-    state.api_waiting = getattr(state, "api_waiting", 0) + 1
-    try:
-        result = await asyncio.get_running_loop().run_in_executor(services.llm_pool, job.run, None, None)
-    except ApiError as exc:
-        return exc.response()
-    finally:
-        state.api_waiting -= 1
+    with _waiting(state):
+        try:
+            result = await asyncio.get_running_loop().run_in_executor(services.llm_pool, job.run, None, None)
+        except ApiError as exc:
+            return exc.response()
     message = {"role": "assistant", "content": result["content"]}
     if result["tool_calls"]:
         message["tool_calls"] = result["tool_calls"]
@@ -111,27 +110,36 @@ async def _stream(state, job, req: dict, completion_id: str):
             body = dict(body, choices=[], usage=usage)
         return f"data: {json.dumps(body, ensure_ascii=False)}\n\n"
 
-    state.api_waiting = getattr(state, "api_waiting", 0) + 1
-    job_future = loop.run_in_executor(
-        state.services.llm_pool, job.run, lambda text: loop.call_soon_threadsafe(pieces.put_nowait, text), cancel)
-    job_future.add_done_callback(lambda _: pieces.put_nowait(None))
-    try:
-        yield chunk({"role": "assistant", "content": ""})
-        while (piece := await pieces.get()) is not None:
-            yield chunk({"content": piece})
+    with _waiting(state):
+        job_future = loop.run_in_executor(
+            state.services.llm_pool, job.run, lambda text: loop.call_soon_threadsafe(pieces.put_nowait, text), cancel)
+        job_future.add_done_callback(lambda _: pieces.put_nowait(None))
         try:
-            result = await job_future
-        except ApiError as exc:
-            yield f"data: {json.dumps({'error': {'message': str(exc), 'type': exc.kind}})}\n\n"
-            return
-        if result["tool_calls"]:
-            yield chunk({"tool_calls": [dict(call, index=i) for i, call in enumerate(result["tool_calls"])]})
-        yield chunk({}, result["finish_reason"])
-        if (req.get("stream_options") or {}).get("include_usage"):
-            yield chunk({}, usage=result["usage"])
-        yield "data: [DONE]\n\n"
+            yield chunk({"role": "assistant", "content": ""})
+            while (piece := await pieces.get()) is not None:
+                yield chunk({"content": piece})
+            try:
+                result = await job_future
+            except ApiError as exc:
+                yield f"data: {json.dumps({'error': {'message': str(exc), 'type': exc.kind}})}\n\n"
+                return
+            if result["tool_calls"]:
+                yield chunk({"tool_calls": [dict(call, index=i) for i, call in enumerate(result["tool_calls"])]})
+            yield chunk({}, result["finish_reason"])
+            if (req.get("stream_options") or {}).get("include_usage"):
+                yield chunk({}, usage=result["usage"])
+            yield "data: [DONE]\n\n"
+        finally:
+            cancel.set()   # a client that went away stops the model
+
+
+@contextmanager
+def _waiting(state):
+    """Counts a request waiting for (or using) the model, for the 429 of MAX_WAITING."""
+    state.api_waiting = getattr(state, "api_waiting", 0) + 1
+    try:
+        yield
     finally:
-        cancel.set()   # a client that went away stops the model
         state.api_waiting -= 1
 
 
@@ -247,10 +255,12 @@ class _ModelJob:
     def run(self, on_text, cancel) -> dict:
         opts, choice = self.options, self.req["tool_choice"]
         matcher = self._matcher(choice)
+        speech = SpeechFilter(on_text)   # streamed: the text, never a call's markup
         gen = self.engine.generate(self.messages, max_new_tokens=self.max_tokens, block_length=opts.block_length,
                                    threshold=opts.threshold, use_cache=opts.cache, cancel=cancel,
-                                   on_block=None if on_text is None else _SpeechOnly(on_text).feed,
-                                   draft_length=opts.draft_length, **({"matcher": matcher} if matcher else {}))
+                                   on_block=speech.feed, draft_length=opts.draft_length,
+                                   **({"matcher": matcher} if matcher else {}))
+        speech.finish()
         calls, spoken = parse_tool_calls(gen.text) if self.tools else ([], gen.text.strip())
         tool_calls = [{"id": f"call_{uuid.uuid4().hex[:24]}", "type": "function",
                        "function": {"name": name, "arguments": json.dumps(arguments, ensure_ascii=False)}}
@@ -271,24 +281,6 @@ class _ModelJob:
         schemas = [{"name": s["name"], "parameters": s["parameters"]} for s in schemas]
         return grammar_for(tokenizer, schemas, self.engine.special.stop, self.engine.model.args.vocab_size,
                            call_required=choice not in ("auto", "none")).start()
-
-
-class _SpeechOnly:
-    """Streams a reply's text unless it is a tool call (held back: the call goes out whole at the end)."""
-
-    def __init__(self, on_text):
-        self.on_text, self.held, self.calling = on_text, "", None
-
-    def feed(self, piece: str) -> None:
-        if self.calling is None:
-            self.held += piece
-            start = self.held.lstrip()
-            if len(start) < len(TOOL_CALL_OPEN) and TOOL_CALL_OPEN.startswith(start):
-                return   # could still be a call
-            self.calling = start.startswith(TOOL_CALL_OPEN)
-            piece, self.held = start, ""
-        if not self.calling:
-            self.on_text(piece)
 
 
 class _AgentJob:

@@ -2,7 +2,7 @@
 import json
 import threading
 
-from app.agent import Agent, AgentOptions, format_tool_call, parse_tool_calls, tool_message, _SpeechFilter
+from app.agent import Agent, AgentOptions, format_tool_call, parse_tool_calls, tool_message, SpeechFilter
 from tests.fakes import FakeEngine, FakeToolbox, last_user
 
 
@@ -46,7 +46,7 @@ def test_refused_tool_result_reaches_the_model():
 
 def test_markup_split_across_blocks_is_never_spoken():
     spoken = []
-    speech = _SpeechFilter(spoken.append)
+    speech = SpeechFilter(spoken.append)
     text = 'Sure. <tool_call>{"name":"x","arguments":{}}</tool_call> Done.'
     for i in range(0, len(text), 5):
         speech.feed(text[i:i + 5])
