@@ -126,9 +126,9 @@ def create_app(settings: Settings, services=None) -> FastAPI:
     async def offer(request: Request):
         state = request.app.state
 
-        def _refuse(status: int, reason: str) -> JSONResponse:
+        def _refuse(status: int, reason: str, retry_after_s: float | None = None) -> JSONResponse:
             state.metrics.refuse(Call.TRANSPORT, str(status))
-            return _refusal(status, reason)
+            return _refusal(status, reason, retry_after_s)
 
         origin = request.headers.get("origin")
         if origin is not None and not _origin_allowed(origin, request, state.settings):
@@ -136,10 +136,8 @@ def create_app(settings: Settings, services=None) -> FastAPI:
         client = request.client.host if request.client else "unknown"
         wait_s = state.offer_rate.retry_after_s(client)
         if wait_s:
-            response = _refuse(429, f"too many calls from {client}: at most {state.settings.offer_rate_per_min} "
-                                    "a minute")
-            response.headers["Retry-After"] = str(math.ceil(wait_s))
-            return response
+            return _refuse(429, f"too many calls from {client}: at most {state.settings.offer_rate_per_min} a minute",
+                           wait_s)
         media_type = request.headers.get("content-type", "").partition(";")[0].strip().lower()
         if media_type != "application/json":
             # a form or text/plain post needs no CORS preflight: any page on any site could open a session
@@ -152,9 +150,7 @@ def create_app(settings: Settings, services=None) -> FastAPI:
         except OfferError as exc:
             return _refuse(400, str(exc))
         if len(state.calls) >= state.settings.max_sessions:
-            response = _refuse(503, f"busy: all {state.settings.max_sessions} sessions are in use; try again later")
-            response.headers["Retry-After"] = "5"
-            return response
+            return _refuse(503, f"busy: all {state.settings.max_sessions} sessions are in use; try again later", 5)
         call = Call(state.services, connect_timeout_s=state.settings.connect_timeout_s,
                     on_closed=state.calls.discard, observer=state.metrics.observer(Call.TRANSPORT))
         state.calls.add(call)
@@ -185,6 +181,7 @@ def _origin_allowed(origin: str, request: Request, settings: Settings) -> bool:
     return origin.rstrip("/") in allowed | own
 
 
-def _refusal(status: int, reason: str) -> JSONResponse:
+def _refusal(status: int, reason: str, retry_after_s: float | None = None) -> JSONResponse:
     log.info("offer refused (%d): %s", status, reason)
-    return JSONResponse({"error": reason}, status_code=status)
+    headers = None if retry_after_s is None else {"Retry-After": str(math.ceil(retry_after_s))}
+    return JSONResponse({"error": reason}, status_code=status, headers=headers)

@@ -107,10 +107,14 @@ def _signed_url(connection, public_host: str | None, scheme: str) -> str:
     return str(url.replace(scheme="wss")) if scheme == "wss" else str(url)
 
 
+def _count_refusal(app: FastAPI, kind: str) -> None:
+    """A refused webhook or stream, in the telephony counters and the server's metrics."""
+    telephony_stats(app).refused[kind] += 1
+    app.state.metrics.refuse(TwilioCall.TRANSPORT, kind)
+
+
 def _refuse(app: FastAPI, status: int, reason: str) -> PlainTextResponse:
-    telephony_stats(app).refused[f"voice_{status}"] += 1
-    if getattr(app.state, "metrics", None) is not None:
-        app.state.metrics.refuse(TwilioCall.TRANSPORT, f"voice_{status}")
+    _count_refusal(app, f"voice_{status}")
     log.info("twilio webhook refused (%d): %s", status, reason)
     return PlainTextResponse(reason, status_code=status)
 
@@ -126,21 +130,21 @@ async def twilio_stream(websocket: WebSocket) -> None:
     if settings.twilio_auth_token:
         url = _signed_url(websocket, settings.public_host, "wss")
         if not twilio.signature_valid(settings.twilio_auth_token, websocket.headers.get(twilio.SIGNATURE_HEADER), url):
-            await _deny(websocket, stats, 403, "signature", f"missing or wrong {twilio.SIGNATURE_HEADER}")
+            await _deny(websocket, 403, "signature", f"missing or wrong {twilio.SIGNATURE_HEADER}")
             return
     elif not stats.warned_unsigned:
         stats.warned_unsigned = True
         log.warning("Twilio streams are not authenticated: set PARLEY_TWILIO_AUTH_TOKEN so only Twilio can call in")
     if state.services is None or not state.services.ready:
-        await _deny(websocket, stats, 503, "not_ready", "models still loading; try again shortly")
+        await _deny(websocket, 503, "not_ready", "models still loading; try again shortly")
         return
     if len(state.calls) >= settings.max_sessions:
-        await _deny(websocket, stats, 503, "busy", f"busy: all {settings.max_sessions} sessions are in use")
+        await _deny(websocket, 503, "busy", f"busy: all {settings.max_sessions} sessions are in use")
         return
     # a token not shown at the handshake (app.auth.TokenGuard) must come in the start message
     token = settings.auth_token if settings.auth_token and not getattr(websocket.state, "authenticated", False) else None
     call = TwilioCall(websocket, state.services, on_closed=state.calls.discard, stats=stats,
-                      on_event=getattr(state, "telephony_event_hook", None), metrics=getattr(state, "metrics", None),
+                      on_event=getattr(state, "telephony_event_hook", None), metrics=state.metrics,
                       token=token)
     state.calls.add(call)
     stats.calls += 1
@@ -150,10 +154,8 @@ async def twilio_stream(websocket: WebSocket) -> None:
         await call.close("server shutting down")  # a no-op unless this handler was cancelled
 
 
-async def _deny(websocket: WebSocket, stats: TelephonyStats, status: int, kind: str, reason: str) -> None:
-    stats.refused[kind] += 1
-    if getattr(websocket.app.state, "metrics", None) is not None:
-        websocket.app.state.metrics.refuse(TwilioCall.TRANSPORT, kind)
+async def _deny(websocket: WebSocket, status: int, kind: str, reason: str) -> None:
+    _count_refusal(websocket.app, kind)
     log.info("twilio stream refused (%d): %s", status, reason)
     try:
         await websocket.send_denial_response(PlainTextResponse(reason, status_code=status))
@@ -167,11 +169,10 @@ class TwilioCall:
     TRANSPORT = "twilio"
 
     def __init__(self, websocket: WebSocket, services, *, on_closed: Callable[["TwilioCall"], None],
-                 stats: TelephonyStats, on_event: CallEventHook | None = None, metrics=None,
-                 token: str | None = None):
+                 stats: TelephonyStats, metrics, on_event: CallEventHook | None = None, token: str | None = None):
         self.websocket = websocket
         self.token = token                          # the token the start message must carry, if any
-        self.metrics = metrics                      # app.metrics.Metrics, or None
+        self.metrics = metrics                      # app.metrics.Metrics
         self.services = services
         self.on_closed = on_closed
         self.stats = stats
@@ -286,16 +287,13 @@ class TwilioCall:
         given = parameters.pop(TOKEN_PARAMETER, None)   # never handed on to the integrator's hook
         if self.token is not None and not token_matches(self.token, given):
             self._ignore("token", "start without the right token")
-            if getattr(self.websocket.app.state, "metrics", None) is not None:
-                self.websocket.app.state.metrics.refuse(self.TRANSPORT, "token")
+            self.metrics.refuse(self.TRANSPORT, "token")
             return "missing or wrong token", CLOSE_POLICY
         self.info = CallInfo(start.call_sid, start.stream_sid, start.account_sid, parameters)
-        observer = None
-        if self.metrics is not None:
-            self.metrics.start(self.TRANSPORT)
-            observer = self.metrics.observer(self.TRANSPORT)
+        self.metrics.start(self.TRANSPORT)
         self.session = Session(self.services, output_rate_hz=TWILIO_RATE_HZ, send_event=self._emit,
-                               on_control=self._on_control, confirm_marks=True, observer=observer)
+                               on_control=self._on_control, confirm_marks=True,
+                               observer=self.metrics.observer(self.TRANSPORT))
         self.session.on_clear = self._on_clear
         log.info("twilio call %s started (stream %s)", start.call_sid, start.stream_sid)
         self._spawn(self._run_session(), "session")
