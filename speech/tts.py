@@ -76,7 +76,8 @@ class ClauseSplitter:
     ("Sure," "I'm sorry."), with no wait for the words after it; or, from MIN_CLAUSE_WORDS words on, before the
     first figure ("A haircut is" | "$35 and takes 30 minutes."), unless the figure ends the clause; or after
     `first_phrase_words` words. A phrase never ends within two words after a figure ("9:00 AM", "12 Main
-    Street") or within FIRST_PHRASE_LOOKAHEAD words of its clause's end ("Your appointment for a beard trim" | "with us is on Friday at 3:30 PM.")."""
+    Street") or within FIRST_PHRASE_LOOKAHEAD words of its clause's end ("Your appointment for a beard trim" |
+    "with us is on Friday at 3:30 PM.")."""
 
     def __init__(self, first_phrase_words: int | None = None):
         self.first_phrase_words = first_phrase_words
@@ -126,9 +127,7 @@ def _complete_clauses(text: str) -> tuple[list[str], int]:
         if text[i] not in _BOUNDARY_CHARS:
             i += 1
             continue
-        end = i  # end of the punctuation run, closing quotes included: `?"`, `...`, `.)`
-        while end < len(text) and (text[end] in _BOUNDARY_CHARS or text[end] in _CLOSING_CHARS):
-            end += 1
+        end = _run_end(text, i)
         decision = _ends_clause(text, i, end)
         if decision is None:
             break  # depends on text not seen yet
@@ -146,9 +145,7 @@ def _first_phrase_end(text: str, words: int) -> int | None:
     i = 0
     while i < len(text):
         if text[i] in _BOUNDARY_CHARS:
-            end = i
-            while end < len(text) and (text[end] in _BOUNDARY_CHARS or text[end] in _CLOSING_CHARS):
-                end += 1
+            end = _run_end(text, i)
             decision = _ends_clause(text, i, end)
             if decision is None:
                 return None
@@ -179,6 +176,14 @@ def _first_phrase_end(text: str, words: int) -> int | None:
         else:
             i += 1
     return None
+
+
+def _run_end(text: str, i: int) -> int:
+    """The end of the punctuation run at text[i], closing quotes included: `?"`, `...`, `.)`."""
+    end = i
+    while end < len(text) and (text[end] in _BOUNDARY_CHARS or text[end] in _CLOSING_CHARS):
+        end += 1
+    return end
 
 
 def _complete_words(text: str) -> int:
