@@ -1,11 +1,13 @@
 """Load generator: K simulated phone callers at once against a live server, timed on the caller's side.
 
-    python -m app.loadtest [--url http://HOST:PORT] [--calls 1,2,4] [--turns 3] [--transport twilio|webrtc]
+    python -m app.loadtest [--url http://HOST:PORT] [--calls 1,2,4] [--turns 3] [--transport twilio,webrtc,realtime]
                            [--soak SECONDS] [--churn 0] [--llm-model DIR]
 
 Each caller is Twilio's half of a Media Stream over the real WebSocket (app.twilio_sim): it speaks questions in
 the bundled Piper voice at real-time pace, plays the reply back at real-time pace and echoes its marks. With
---transport webrtc each is an aiortc peer that posts its offer to /offer, as the page does (app.rtc_sim). A turn's
+--transport webrtc each is an aiortc peer that posts its offer to /offer, as the page does (app.rtc_sim); with
+realtime, a client of OpenAI's Realtime API with server VAD (app.realtime_sim). Several transports (comma-separated)
+run one after the other, each level in turn, so their figures come from the same run. A turn's
 voice-to-voice latency is the time from the last voiced 20 ms frame the caller sent to the first voiced frame of
 the reply it heard: what a caller waits, network and pacing included. A turn with no reply within --timeout is
 unanswered; a call the server closed before the caller hung up is dropped.
@@ -34,6 +36,8 @@ import numpy as np
 from websockets.asyncio.client import connect
 
 from app.rtc import RTC_RATE_HZ
+from app.realtime_sim import RATE_HZ as REALTIME_RATE_HZ
+from app.realtime_sim import RealtimeClient
 from app.rtc_sim import Client, ScriptedMicrophone
 from app.twilio_sim import VOICED_RMS, TwilioSimulator, is_voiced, speak_8k, wait_until
 from speech.audio import resample
@@ -137,6 +141,22 @@ async def one_browser_call(url: str, questions: list[np.ndarray], turns: int, fi
     return result
 
 
+async def one_realtime_call(url: str, questions: list[np.ndarray], turns: int, first: int, timeout_s: float,
+                            until_s: float | None = None) -> CallResult:
+    """one_call over OpenAI's Realtime API (/v1/realtime, server VAD): 24 kHz pcm16 (app.realtime_sim)."""
+    result = CallResult()
+    async with RealtimeClient(url) as client:
+        line = _Line(say=client.say, speaking=lambda: client.speaking,
+                     spoken=lambda: [t for t, voiced in client.said_at if voiced],
+                     heard=lambda: [t for t, voiced in client.heard_at if voiced],
+                     closed=lambda: client.closed)
+        await _ask(line, questions, turns, first, timeout_s, until_s, result)
+    return result
+
+
+CALLERS = {"twilio": one_call, "webrtc": one_browser_call, "realtime": one_realtime_call}
+
+
 async def _first_after(times, t0: float, timeout_s: float, closed) -> float | None:
     """The first of times() after t0, waiting up to timeout_s; None if none came (or the call closed)."""
     deadline = time.monotonic() + timeout_s
@@ -181,19 +201,16 @@ async def health(url: str) -> dict:
 async def run_level(url: str, k: int, questions, turns: int, timeout_s: float, soak_s: float | None = None,
                     transport: str = "twilio") -> dict:
     """K callers at once, `turns` questions each (or, with soak_s, as many as fit in that many seconds); questions
-    are 8 kHz audio for Twilio, 48 kHz for WebRTC."""
-    ws_url = url.replace("http", "ws", 1) + "/telephony/twilio"
+    are audio at the transport's rate (QUESTION_RATES_HZ)."""
+    target = url.replace("http", "ws", 1) + "/telephony/twilio" if transport == "twilio" else url
     before = await health(url)
     until_s = None if soak_s is None else time.monotonic() + soak_s
-    if transport == "webrtc":
-        calls = [one_browser_call(url, questions, turns, i, timeout_s, until_s) for i in range(k)]
-    else:
-        calls = [one_call(ws_url, questions, turns, i, timeout_s, until_s) for i in range(k)]
-    results = await asyncio.gather(*calls)
+    results = await asyncio.gather(*(CALLERS[transport](target, questions, turns, i, timeout_s, until_s)
+                                     for i in range(k)))
     after = await health(url)
     latencies = [ms for r in results for ms in r.latencies_ms]
     asked = sum(len(r.latencies_ms) + r.unanswered for r in results)
-    return {"calls": k, "turns": asked, "answered": len(latencies),
+    return {"transport": transport, "calls": k, "turns": asked, "answered": len(latencies),
             "p50": percentile(latencies, 0.5), "p95": percentile(latencies, 0.95),
             "dropped": sum(r.dropped for r in results), "not_closed": sum(r.not_closed for r in results),
             "rss_mb": after["process"]["rss_mb"], "fds": after["process"]["open_fds"],
@@ -202,10 +219,10 @@ async def run_level(url: str, k: int, questions, turns: int, timeout_s: float, s
 
 
 def table(rows: list[dict]) -> str:
-    out = ["| calls | turns | answered | v2v p50 ms | v2v p95 ms | dropped | not closed | RSS MB | fds | threads "
-           "| loop lag p99 ms |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    out = ["| transport | calls | turns | answered | v2v p50 ms | v2v p95 ms | dropped | not closed | RSS MB | fds "
+           "| threads | loop lag p99 ms |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        out.append(f"| {r['calls']} | {r['turns']} | {r['answered']} | {r['p50']:.0f} | {r['p95']:.0f} | "
+        out.append(f"| {r['transport']} | {r['calls']} | {r['turns']} | {r['answered']} | {r['p50']:.0f} | {r['p95']:.0f} | "
                    f"{r['dropped']} | {r['not_closed']} | {r['rss_mb']} | {r['fds']} | {r['threads']} | "
                    f"{r['lag_p99']} |")
     return "\n".join(out)
@@ -273,32 +290,39 @@ def main(argv=None) -> None:
     parser.add_argument("--churn", type=int, default=0, help="short calls hung up at random moments, after the levels")
     parser.add_argument("--churn-parallel", type=int, default=2, help="churn calls at a time")
     parser.add_argument("--soak", type=float, help="seconds each level's callers keep asking (instead of --turns)")
-    parser.add_argument("--transport", choices=("twilio", "webrtc"), default="twilio",
-                        help="callers over Twilio's WebSocket, or aiortc peers through /offer")
+    parser.add_argument("--transport", default="twilio",
+                        help="comma-separated: twilio (Twilio's WebSocket), webrtc (aiortc peers through /offer), "
+                             "realtime (OpenAI's Realtime API)")
     parser.add_argument("--llm-model", help="the server's model (only when this command starts it)")
     args = parser.parse_args(argv)
     args.calls = [int(k) for k in args.calls.split(",") if k.strip()]
+    transports = [t.strip() for t in args.transport.split(",") if t.strip()]
+    if not transports or set(transports) - set(CALLERS):
+        parser.error(f"--transport: a comma-separated list of {', '.join(CALLERS)}")
 
     from speech.tts import Synthesizer
 
     tts = Synthesizer()
-    if args.transport == "webrtc":
-        questions = [resample(tts.synthesize(q), tts.sample_rate_hz, RTC_RATE_HZ) for q in QUESTIONS]
-    else:
-        questions = [speak_8k(tts, q) for q in QUESTIONS]
+    questions = {"twilio": [speak_8k(tts, q) for q in QUESTIONS]}
+    for transport, rate in (("webrtc", RTC_RATE_HZ), ("realtime", REALTIME_RATE_HZ)):
+        questions[transport] = [resample(tts.synthesize(q), tts.sample_rate_hz, rate) for q in QUESTIONS]
     with tempfile.TemporaryDirectory() as workdir:
         server, url = start_server(args, workdir) if args.url is None else (None, args.url.rstrip("/"))
         try:
             asyncio.run(wait_ready(url, server))
             rows = []
             for k in args.calls:
-                rows.append(asyncio.run(run_level(url, k, questions, args.turns, args.timeout, args.soak,
-                                                  args.transport)))
-                print(f"{k} calls done: p95 {rows[-1]['p95']:.0f} ms", file=sys.stderr, flush=True)
+                for transport in transports:
+                    rows.append(asyncio.run(run_level(url, k, questions[transport], args.turns, args.timeout,
+                                                      args.soak, transport)))
+                    print(f"{k} {transport} calls done: p95 {rows[-1]['p95']:.0f} ms", file=sys.stderr, flush=True)
             asked = f"questions for {args.soak:g} s" if args.soak else f"{args.turns} spoken questions"
-            print(f"# {asked} per caller over {args.transport}, callers at once; server {url}")
+            print(f"# {asked} per caller, callers at once; server {url}")
             print(table(rows))
-            print(f"capacity (p95 <= {CAPACITY_P95_MS:.0f} ms, every turn answered): {capacity(rows)} calls")
+            for transport in transports:
+                mine = [r for r in rows if r["transport"] == transport]
+                print(f"capacity over {transport} (p95 <= {CAPACITY_P95_MS:.0f} ms, every turn answered): "
+                      f"{capacity(mine)} calls")
             if args.churn:
                 # (hang-ups are Twilio calls: their words are 8 kHz)
                 print(asyncio.run(churn(url, speak_8k(tts, QUESTIONS[0]), args.churn, args.churn_parallel)))

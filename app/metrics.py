@@ -10,7 +10,7 @@ from typing import Callable, Iterable
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-TRANSPORTS = ("webrtc", "twilio")
+TRANSPORTS = ("webrtc", "twilio", "realtime")
 # app.trace metric (ms) -> histogram name (seconds) and what it measures
 STAGES = {
     "end_of_turn_delay_ms": ("end_of_turn_delay", "the caller's last voiced frame to the end-of-turn decision"),

@@ -76,7 +76,7 @@ async def chat_completions(request: Request):
         if waiting >= MAX_WAITING:
             raise ApiError(429, f"{waiting} requests are waiting for the model; try again shortly",
                            "rate_limit_exceeded", code="rate_limit_exceeded")
-        job = _AgentJob(services, req) if req["model"] == AGENT_MODEL else _ModelJob(services, req)
+        job = _AgentJob(services, req) if req["model"] == AGENT_MODEL else ModelJob(services, req)
     except ApiError as exc:
         return exc.response()
     completion_id = f"chatcmpl-{uuid.uuid4().hex[:24]}"
@@ -237,7 +237,7 @@ def _finish_reason(stopped: str) -> str:
     return "length" if stopped == "length" else "stop"
 
 
-class _ModelJob:
+class ModelJob:
     """The loaded model's next message in the request's conversation."""
 
     def __init__(self, services, req: dict):
@@ -268,7 +268,7 @@ class _ModelJob:
         return {"content": spoken or (None if tool_calls else ""), "tool_calls": tool_calls,
                 "finish_reason": "tool_calls" if tool_calls else _finish_reason(gen.stopped),
                 "usage": {"prompt_tokens": self.prompt_tokens, "completion_tokens": gen.tokens,
-                          "total_tokens": self.prompt_tokens + gen.tokens}}
+                          "total_tokens": self.prompt_tokens + gen.tokens}, "generation": gen}
 
     def _matcher(self, choice):
         """The reply grammar's matcher where this model decodes with one (left to right, app.schema_grammar)."""

@@ -16,6 +16,7 @@ from fastapi.staticfiles import StaticFiles
 from app.auth import RateLimit, TokenGuard
 from app.metrics import Metrics
 from app.openai_api import router as openai_router
+from app.realtime import router as realtime_router
 from app.request_body import read_limited
 from app.rtc import Call, OfferError, parse_offer
 from app.settings import REPO_ROOT, Settings
@@ -164,6 +165,7 @@ def create_app(settings: Settings, services=None) -> FastAPI:
 
     app.include_router(telephony_router)
     app.include_router(openai_router)
+    app.include_router(realtime_router)
     app.mount("/static", StaticFiles(directory=WEB_DIR), name="static")
     return app
 

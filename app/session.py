@@ -53,15 +53,18 @@ class Session:
 
     def __init__(self, services: Services, *, output_rate_hz: int, send_event: Callable[[dict], Awaitable[None]],
                  on_control: Callable[[str], Awaitable[None]] | None = None,
-                 options: SessionOptions = SessionOptions(), confirm_marks: bool = False, observer=None):
+                 options: SessionOptions = SessionOptions(), confirm_marks: bool = False, observer=None,
+                 agent=None):
         self.services = services
         self.observer = observer                           # app.metrics.SessionObserver, or None
         self.options = options
         self.send_event = send_event
         self.on_control = on_control
         self.on_clear: Callable[[], None] | None = None   # transports that buffer at the far end (Twilio `clear`)
+        # the turn detector's decisions as they happen: on_speech("started" | "stopped", stream ms)
+        self.on_speech: Callable[[str, float], None] | None = None
         self.detector = TurnDetector(services.vad_config)
-        self.agent = services.new_agent()
+        self.agent = agent if agent is not None else services.new_agent()   # app.agent.Agent, or one like it
         self.playback = Playback(output_rate_hz, confirm_marks)
         self.playback.add_listener(self._on_playback_event)
         self.turns: list[TurnTrace] = []                   # every turn's latency trace, newest last
@@ -107,8 +110,12 @@ class Session:
                     frame = np.zeros_like(frame)   # the agent's own voice through the speakers is not the user
                 for event in self.detector.push(frame):
                     if isinstance(event, SpeechStart):
+                        if self.on_speech is not None:
+                            self.on_speech("started", event.time_ms)
                         await self._on_speech_start(event)
                     elif isinstance(event, SpeechEnd):
+                        if self.on_speech is not None:
+                            self.on_speech("stopped", event.time_ms)
                         self._on_speech_end(event)
                 self._maybe_partial()
                 self._maybe_draft()
@@ -148,19 +155,33 @@ class Session:
     # --- turn decisions --------------------------------------------------------------------------------------
 
     async def _on_speech_start(self, event: SpeechStart) -> None:
-        if not (self.options.barge_in and self._agent_speaking()):
-            return
-        # Barge-in: silence the agent first (the caller must stop hearing it now), then settle the history.
+        if self.options.barge_in and self._agent_speaking():
+            heard = await self.interrupt()
+            log.info("barge-in at %.0f ms; the user heard %r", event.time_ms, heard)
+
+    async def interrupt(self) -> str:
+        """Stop the agent's reply (a barge-in, or a client that cancels it): silence first (the caller must stop
+        hearing it now), then the history keeps what was heard, which is returned."""
         self._cancel.set()
         heard = self.playback.clear()
         if self.on_clear is not None:
             self.on_clear()
-        log.info("barge-in at %.0f ms; the user heard %r", event.time_ms, heard)
         trace = self.turns[-1] if self.turns else None
         if trace is not None:
             trace.heard = " ".join(filter(None, [trace.heard, heard]))
         await self._stop_turn()
         self.agent.truncate_last_reply(trace.heard if trace else heard)
+        return trace.heard if trace else heard
+
+    async def respond_to(self, text: str | None) -> None:
+        """Answer text the transport already has (typed, or transcribed by itself), as a turn of its own; None:
+        the agent continues the conversation as it stands (after a tool's output, app.realtime)."""
+        await self._stop_turn()
+        trace = TurnTrace(end_of_turn_delay_ms=0.0)
+        trace.transcript = text or ""
+        self.turns.append(trace)
+        self._cancel = threading.Event()
+        self._turn_task = asyncio.create_task(self._answer(text, trace, self._cancel))
 
     def _on_speech_end(self, event: SpeechEnd) -> None:
         trace = TurnTrace(end_of_turn_delay_ms=event.time_ms - event.last_voiced_ms)
@@ -197,7 +218,7 @@ class Session:
         if cancel.is_set() or not text.strip():
             return None, None, None
         generation = await loop.run_in_executor(services.llm_pool, self.agent.draft, text, cancel)
-        if cancel.is_set() or generation.stopped == "cancelled":
+        if generation is None or cancel.is_set() or generation.stopped == "cancelled":   # None: no drafts
             return None, None, None
         spoken = parse_tool_calls(generation.text)[1]
         splitter = ClauseSplitter(self.options.first_phrase_words)
@@ -253,20 +274,29 @@ class Session:
                 return
             trace.transcript = text
             await self._emit({"type": "transcript", "text": text, "final": True})
-            self.playback.take_heard()   # heard-text accounting starts with this turn
             first = await self._drafted_generation(draft, trace) if draft is not None else None
+            await self._answer(text, trace, cancel, first)
+        except Exception as exc:
+            await self._fail(exc)
+
+    async def _answer(self, text: str | None, trace: TurnTrace, cancel: threading.Event, first=None) -> None:
+        try:
+            self.playback.take_heard()   # heard-text accounting starts with this turn
             await self._respond(text, trace, cancel, first)
             if not cancel.is_set():
                 await self._finish_turn(trace, cancel)
         except Exception as exc:
-            # A model or tool that failed once is not trusted with the rest of the call: the `error` event goes
-            # out and this session ends (its transport hangs up); every other session goes on.
-            log.exception("turn failed; ending the session")
-            if self.observer is not None:
-                self.observer.failed("turn")
-            await self._emit({"type": "error", "message": f"turn failed: {exc}"})
-            self._failed = True
-            self._input.put_nowait(None)
+            await self._fail(exc)
+
+    async def _fail(self, exc: Exception) -> None:
+        # A model or tool that failed once is not trusted with the rest of the call: the `error` event goes
+        # out and this session ends (its transport hangs up); every other session goes on.
+        log.exception("turn failed; ending the session")
+        if self.observer is not None:
+            self.observer.failed("turn")
+        await self._emit({"type": "error", "message": f"turn failed: {exc}"})
+        self._failed = True
+        self._input.put_nowait(None)
 
     async def _transcribe(self, audio: np.ndarray, draft: _Draft | None) -> str:
         """The final transcript: the draft's when it matches this turn (often ready before the endpoint)."""

@@ -86,6 +86,20 @@ def pcm_to_mulaw(samples: np.ndarray) -> bytes:
     return audioop.lin2ulaw(samples.astype("<i2").tobytes(), 2)
 
 
+def alaw_to_pcm(data: bytes) -> np.ndarray:
+    """G.711 A-law bytes (one per sample) -> int16 samples."""
+    return np.frombuffer(audioop.alaw2lin(bytes(data), 2), dtype="<i2").astype(np.int16)
+
+
+def pcm_to_alaw(samples: np.ndarray) -> bytes:
+    """int16 samples -> G.711 A-law bytes (one per sample)."""
+    samples = np.asarray(samples)
+    _check_1d(samples, "pcm_to_alaw")
+    if samples.dtype != np.int16:
+        raise ValueError(f"pcm_to_alaw expects int16 samples, got {samples.dtype}")
+    return audioop.lin2alaw(samples.astype("<i2").tobytes(), 2)
+
+
 def frames(samples: np.ndarray, frame_samples: int = FRAME_SAMPLES) -> Iterator[np.ndarray]:
     """Consecutive frames of `frame_samples` (20 ms by default); the last one is zero-padded."""
     _check_1d(samples, "frames")

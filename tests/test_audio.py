@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 from speech.audio import (FRAME_BYTES, FRAME_MS, FRAME_SAMPLES, SAMPLE_RATE_HZ, AudioFormatError, float_to_int16,
-                          frames, int16_to_float, mulaw_to_pcm, pcm_to_mulaw, read_wav, resample, to_mono,
-                          write_wav)
+                          alaw_to_pcm, frames, int16_to_float, mulaw_to_pcm, pcm_to_alaw, pcm_to_mulaw, read_wav,
+                          resample, to_mono, write_wav)
 
 
 def _tone(rate_hz: int, seconds: float = 1.0, amplitude: float = 0.5) -> np.ndarray:
@@ -90,6 +90,19 @@ def test_mulaw_round_trip_error_is_within_g711_quantization():
 def test_mulaw_keeps_speech_like_signal():
     x = float_to_int16(_tone(SAMPLE_RATE_HZ, amplitude=0.3))
     assert _snr_db(x, mulaw_to_pcm(pcm_to_mulaw(x))) > 30
+
+
+def test_alaw_round_trip_is_g711s_and_keeps_speech_like_signal():
+    x = np.arange(-32768, 32768).astype(np.int16)
+    encoded = pcm_to_alaw(x)
+    assert isinstance(encoded, bytes) and len(encoded) == x.size
+    decoded = alaw_to_pcm(encoded)
+    level, error = np.abs(x.astype(np.int64)), np.abs(decoded.astype(np.int64) - x)
+    assert np.all(error <= level / 32 + 16)          # A-law: 13-bit segments, steps of 16 near zero
+    assert pcm_to_alaw(decoded) == encoded
+    assert pcm_to_alaw(np.array([0], np.int16)) == b"\xd5"       # G.711's A-law code for zero (even bits inverted)
+    tone = float_to_int16(_tone(SAMPLE_RATE_HZ, amplitude=0.3))
+    assert _snr_db(tone, alaw_to_pcm(pcm_to_alaw(tone))) > 30
 
 
 def test_frames_are_20ms_with_zero_padded_tail():
