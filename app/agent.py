@@ -407,6 +407,16 @@ class Agent:
             log.exception("tool %s failed", name)
             return {"ok": False, "error": f"{name} failed: {exc}"}
 
+    def retract_last_turn(self) -> bool:
+        """The caller went on speaking before hearing any answer to their last turn: it leaves the history (its
+        words will be heard again with what follows). False, and it stays, if it ran a tool."""
+        with self._lock:
+            last = max((i for i, m in enumerate(self.messages) if m["role"] == "user"), default=None)
+            if last is None or any(m["role"] == "tool" for m in self.messages[last:]):
+                return False
+            del self.messages[last:]
+            return True
+
     def truncate_last_reply(self, heard_text: str) -> None:
         """Barge-in: the last assistant reply becomes only what the user heard (dropped if nothing was)."""
         with self._lock:

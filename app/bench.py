@@ -4,8 +4,9 @@
 
 Each question is synthesized with the bundled Piper voice, streamed through a Session at real-time pace (so the
 end-of-turn silence is real), and the per-stage latencies of the turn are collected. The same questions run under
-each policy (POLICIES: no drafting, the baseline; drafting during the silence; and a short first phrase as the
-reply's first audio) in the same process; the table gives medians and ratios to the baseline.
+each policy (POLICIES: no drafting, the baseline; drafting during the silence; a short first phrase as the
+reply's first audio; and the language model's end-of-turn judgement, speech.endpoint) in the same process; the
+table gives medians and ratios to the baseline.
 """
 import argparse
 import asyncio
@@ -32,9 +33,10 @@ METRICS = ("end_of_turn_delay_ms", "asr_ms", "llm_ttft_ms", "tts_ttfb_ms", "send
 
 # (column, SessionOptions changes): the first column is the baseline of the ratios
 POLICIES = (
-    ("no drafting", {"speculate_ms": None, "first_phrase_words": None}),
-    ("drafting", {"first_phrase_words": None}),
-    ("+ first phrase", {}),
+    ("no drafting", {"speculate_ms": None, "first_phrase_words": None, "end_of_turn": None}),
+    ("drafting", {"first_phrase_words": None, "end_of_turn": None}),
+    ("+ first phrase", {"end_of_turn": None}),
+    ("+ LM end of turn", {}),
 )
 
 

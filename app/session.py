@@ -1,10 +1,13 @@
 """One conversation: audio in -> turn detector -> ASR -> agent -> TTS -> playback, with barge-in and a latency trace.
 
-The turn detector only decides (speech_start, speech_end); `_on_speech_start` / `_on_speech_end` decide what work
-that triggers, so a later change can start work speculatively during the end-of-speech silence.
-Every model call runs in the Services' executors; this module owns the coroutines and queues.
+The turn detector says speech or not; `_on_speech_start` / `_on_speech_end` decide what work that triggers. During
+the silence after speech, app.drafting drafts the turn and judges whether it is over (the end of turn is the VAD's
+fixed silence, or the language model's judgement); a caller who goes on before hearing any reply has the turn
+heard again with what follows. Every model call runs in the Services' executors; this module owns the coroutines
+and queues.
 """
 import asyncio
+import dataclasses
 import logging
 import threading
 from dataclasses import dataclass
@@ -12,11 +15,12 @@ from typing import Awaitable, Callable
 
 import numpy as np
 
-from app.agent import parse_tool_calls
+from app.drafting import Draft, Drafting
 from app.playback import Playback
 from app.services import Services
 from app.trace import TurnTrace
 from speech.audio import FRAME_MS, FRAME_SAMPLES, resample
+from speech.endpoint import EndpointPolicy
 from speech.tts import ClauseSplitter
 from speech.vad import SpeechEnd, SpeechStart, TurnDetector
 
@@ -37,18 +41,13 @@ class SessionOptions:
     # The reply's first audio is a short first phrase (speech.tts.ClauseSplitter): its first clause boundary, or
     # about this many words into a long sentence. None: whole clauses only.
     first_phrase_words: int | None = 8
+    # When silence means the caller is done (speech.endpoint): the language model judges the draft's transcript,
+    # so a turn that cannot end there ("my name is", "I'd like to book a") waits longer. Needs drafting and a model
+    # decoded left to right (Engine.left_to_right); otherwise, or None: the VAD's fixed silence.
+    end_of_turn: EndpointPolicy | None = EndpointPolicy()
 
 
-@dataclass
-class _Draft:
-    """Work started during the end-of-turn silence, valid while the utterance stays the same."""
-    audio_samples: int                 # length of the utterance it was computed on
-    cancel: threading.Event
-    transcript: asyncio.Future         # -> the transcript, as soon as ASR is done
-    task: asyncio.Task | None = None   # -> (Generation | None, first clause | None, its audio | None)
-
-
-class Session:
+class Session(Drafting):
     """One caller's conversation; the transport feeds `push_audio` and pulls `playback`."""
 
     def __init__(self, services: Services, *, output_rate_hz: int, send_event: Callable[[dict], Awaitable[None]],
@@ -63,7 +62,12 @@ class Session:
         self.on_clear: Callable[[], None] | None = None   # transports that buffer at the far end (Twilio `clear`)
         # the turn detector's decisions as they happen: on_speech("started" | "stopped", stream ms)
         self.on_speech: Callable[[str, float], None] | None = None
-        self.detector = TurnDetector(services.vad_config)
+        self._policy = options.end_of_turn if (options.speculate_ms is not None
+                                               and getattr(services.engine, "left_to_right", False)) else None
+        vad = services.vad_config
+        if self._policy is not None:   # the policy ends turns; the VAD's own endpoint is the longest wait
+            vad = dataclasses.replace(vad, silence_ms=self._policy.max_silence_ms)
+        self.detector = TurnDetector(vad)
         self.agent = agent if agent is not None else services.new_agent()   # app.agent.Agent, or one like it
         self.playback = Playback(output_rate_hz, confirm_marks)
         self.playback.add_listener(self._on_playback_event)
@@ -77,10 +81,12 @@ class Session:
         self._next_partial_ms = 0.0
         self._partial_busy = False
         self._pending_control: str | None = None
-        self._draft: _Draft | None = None
+        self._draft: Draft | None = None
         self._ready_clause: tuple[str, np.ndarray] | None = None   # the drafted first clause and its audio
         self._closed = False
         self._failed = False                               # a turn failed: the session ends
+        self._carry = np.zeros(0, dtype=np.int16)          # audio of a turn the caller went on from, unanswered
+        self._turn_audio = self._carry                     # the last turn's audio (carry included)
 
     # --- input -----------------------------------------------------------------------------------------------
 
@@ -114,11 +120,15 @@ class Session:
                             self.on_speech("started", event.time_ms)
                         await self._on_speech_start(event)
                     elif isinstance(event, SpeechEnd):
-                        if self.on_speech is not None:
-                            self.on_speech("stopped", event.time_ms)
-                        self._on_speech_end(event)
+                        self._end_turn(event)
                 self._maybe_partial()
                 self._maybe_draft()
+                if not self.options.realtime:
+                    await self._judged()
+                if (end := self._decided_end()) is not None:
+                    self._end_turn(end)
+            if not self._closed and not self._failed and self.detector.in_speech:
+                self._end_turn(self.detector.end_now())   # the input ran out mid-turn: answer what was said
         except Exception as exc:
             log.exception("session failed")
             if self.observer is not None:
@@ -156,8 +166,15 @@ class Session:
 
     async def _on_speech_start(self, event: SpeechStart) -> None:
         if self.options.barge_in and self._agent_speaking():
+            trace = self.turns[-1] if self.turns else None
+            unanswered = trace is not None and "first_audio_out" not in trace.marks
             heard = await self.interrupt()
             log.info("barge-in at %.0f ms; the user heard %r", event.time_ms, heard)
+            # They went on before any reply was heard: that turn had not ended, and what they said in it is heard
+            # again with what follows (the next turn's audio starts with it). A turn reaches the history once
+            # transcribed; one that ran a tool stays, and is not said again.
+            if unanswered and (not trace.transcript or self.agent.retract_last_turn()):
+                self._carry = self._turn_audio
 
     async def interrupt(self) -> str:
         """Stop the agent's reply (a barge-in, or a client that cancels it): silence first (the caller must stop
@@ -183,50 +200,25 @@ class Session:
         self._cancel = threading.Event()
         self._turn_task = asyncio.create_task(self._answer(text, trace, self._cancel))
 
+    def _end_turn(self, event: SpeechEnd) -> None:
+        if self.on_speech is not None:
+            self.on_speech("stopped", event.time_ms)
+        self._on_speech_end(event)
+
     def _on_speech_end(self, event: SpeechEnd) -> None:
         trace = TurnTrace(end_of_turn_delay_ms=event.time_ms - event.last_voiced_ms)
         self.turns.append(trace)
         draft, self._draft = self._draft, None
+        if draft is not None and draft.p_complete is not None and draft.p_complete.done():
+            trace.p_complete = draft.p_complete.result()
+            trace.end_of_turn = "vad" if trace.p_complete is None else "lm"
         if draft is not None and draft.audio_samples != len(event.audio):
             draft.cancel.set()   # computed on other audio
             draft = None
-        self._cancel = threading.Event()
-        self._turn_task = asyncio.create_task(self._run_turn(event.audio, trace, self._cancel, draft))
-
-    def _maybe_draft(self) -> None:
-        if self.options.speculate_ms is None or not self.detector.in_speech:
-            return
-        silence_ms = self.detector.trailing_silence_ms
-        if silence_ms == 0 and self._draft is not None:      # the user went on speaking: the draft is stale
-            self._draft.cancel.set()
-            self._draft = None
-        elif silence_ms >= self.options.speculate_ms and self._draft is None:
-            audio = self.detector.endpoint_audio()
-            draft = _Draft(len(audio), threading.Event(), self._loop.create_future())
-            draft.task = asyncio.create_task(self._make_draft(audio, draft))
-            self._draft = draft
-
-    async def _make_draft(self, audio: np.ndarray, draft: _Draft):
-        """Transcript, first generation and first clause's audio, with no side effects (tools run only later)."""
-        services, loop, cancel = self.services, self._loop, draft.cancel
-        try:
-            text = await loop.run_in_executor(services.asr_pool, services.asr.transcribe, audio)
-        except Exception as exc:
-            draft.transcript.set_exception(exc)
-            raise
-        draft.transcript.set_result(text)
-        if cancel.is_set() or not text.strip():
-            return None, None, None
-        generation = await loop.run_in_executor(services.llm_pool, self.agent.draft, text, cancel)
-        if generation is None or cancel.is_set() or generation.stopped == "cancelled":   # None: no drafts
-            return None, None, None
-        spoken = parse_tool_calls(generation.text)[1]
-        splitter = ClauseSplitter(self.options.first_phrase_words)
-        clause = (splitter.push(spoken) or [splitter.flush()])[0] if spoken else None
-        if not clause:
-            return generation, None, None
-        clause_audio = await loop.run_in_executor(services.tts_pool, services.tts.synthesize, clause)
-        return generation, clause, clause_audio
+        # the draft becomes this turn's work: what stops the turn (a barge-in) stops the draft's generation too
+        self._cancel = draft.cancel if draft is not None else threading.Event()
+        self._turn_audio, self._carry = np.concatenate([self._carry, event.audio]), self._carry[:0]
+        self._turn_task = asyncio.create_task(self._run_turn(self._turn_audio, trace, self._cancel, draft))
 
     async def _stop_turn(self) -> None:
         if self._draft is not None:
@@ -266,7 +258,7 @@ class Session:
     # --- one turn --------------------------------------------------------------------------------------------
 
     async def _run_turn(self, audio: np.ndarray, trace: TurnTrace, cancel: threading.Event,
-                        draft: _Draft | None = None) -> None:
+                        draft: Draft | None = None) -> None:
         try:
             text = await self._transcribe(audio, draft)
             trace.mark("transcript")
@@ -298,26 +290,6 @@ class Session:
         self._failed = True
         self._input.put_nowait(None)
 
-    async def _transcribe(self, audio: np.ndarray, draft: _Draft | None) -> str:
-        """The final transcript: the draft's when it matches this turn (often ready before the endpoint)."""
-        if draft is not None:
-            try:
-                return await draft.transcript
-            except Exception:
-                log.exception("drafted transcript failed; transcribing again")
-        return await self._loop.run_in_executor(self.services.asr_pool, self.services.asr.transcribe, audio)
-
-    async def _drafted_generation(self, draft: _Draft, trace: TurnTrace):
-        """The draft's first generation (and its first clause's audio, kept for _speak), or None."""
-        try:
-            first, clause, clause_audio = await draft.task
-        except Exception:
-            log.exception("draft failed; generating again")
-            return None
-        trace.drafted = first is not None
-        self._ready_clause = (clause, clause_audio) if clause else None
-        return first
-
     async def _respond(self, text: str, trace: TurnTrace, cancel: threading.Event, first=None) -> None:
         """Run the agent in its executor and speak its text clause by clause as blocks settle."""
         loop = self._loop
@@ -343,7 +315,7 @@ class Session:
         result = await job
         trace.llm_passes, trace.llm_tokens, trace.llm_ms = result.passes, result.tokens, result.llm_s * 1000
         trace.reply = result.reply
-        if not result.cancelled:
+        if not result.cancelled and not cancel.is_set():
             await self._emit({"type": "reply", "text": result.reply, "final": True})
 
     async def _speak(self, clause: str, trace: TurnTrace, cancel: threading.Event) -> None:

@@ -117,6 +117,18 @@ def _logits(model: Transformer, rows: torch.Tensor, mask_id: int) -> torch.Tenso
     return logits
 
 
+def next_token_logits(model: Transformer, prompt: list[int], prefix: PrefixCache, mask_id: int) -> torch.Tensor:
+    """The head's logits (fp32, (vocab,)) for the token after `prompt`, on the reused cache: one pass over what
+    the cache does not hold yet, whose keys stay there for the reply that may follow."""
+    device = prefix.cache.k.device
+    start = prefix.reuse(prompt)
+    clean = prompt[start:]
+    hidden = _pass(model, prefix.cache, start, torch.tensor(clean, dtype=torch.long, device=device),
+                   torch.zeros(0, dtype=torch.long, device=device))
+    prefix.ids += clean
+    return _logits(model, hidden[-1:], mask_id)[0]
+
+
 def block_reply(model: Transformer, prompt: list[int], special: SpecialIds, opts: BlockOptions,
                 prefix: PrefixCache, on_block: Callable[[list[int]], None] | None = None,
                 cancel: threading.Event | None = None, matcher: Matcher | None = None,

@@ -93,3 +93,11 @@ def render(messages: list[dict], style: str, add_generation_prompt: bool = True,
     if style == "smollm":
         return render_smollm(messages, add_generation_prompt)
     raise ValueError(f"chat style {style!r}: choose one of {', '.join(STYLES)}")
+
+
+def render_open_turn(messages: list[dict], text: str, style: str, bos_token: str | None = None) -> str:
+    """The conversation with a user turn that says `text` so far and has not ended: every style closes a turn
+    with its end-of-turn token (END_OF_TURN), so this is the rendering up to that last token."""
+    rendered = render(messages + [{"role": "user", "content": text}], style, add_generation_prompt=False,
+                      bos_token=bos_token)
+    return rendered[:rendered.rindex(END_OF_TURN[style])]

@@ -9,7 +9,7 @@ import torch
 from tokenizers import Tokenizer
 
 from llm import chat
-from llm.blockdiff import BlockOptions, Matcher, PrefixCache, block_reply
+from llm.blockdiff import BlockOptions, Matcher, PrefixCache, block_reply, next_token_logits
 from llm.drafter import Drafter
 from llm.generate import DecodeOptions, ModelDenoiser, SpecialIds, TokenFilter, denoise_reply, left_reply
 from llm.model import Transformer
@@ -167,6 +167,27 @@ class Engine:
         reading = time.perf_counter() - start  # the reader's time is the LLM's: it counts in the turn
         gen = self.generate_ids(ids, opts, on_block=on_block, cancel=cancel, seed=seed, allows=allows, read=read)
         return dataclasses.replace(gen, seconds=gen.seconds + reading, first_block_s=gen.first_block_s + reading)
+
+    @torch.inference_mode()
+    def end_of_turn_probability(self, messages: list[dict], text: str) -> float:
+        """The model's probability that the user's words so far are a finished turn, given the conversation
+        before them: that a sentence end (its end-of-turn token, ".", "?" or "!") comes next after `text` with
+        its closing punctuation taken off. A speech recognizer ends every segment with a stop, finished or not,
+        and after one the model expects the turn to end; without it, whether the sentence can end there is what
+        the model knows. LiveKit's first turn detector was this idea on a fine-tuned SmolLM2; here it is the
+        model already in memory: one pass over the words the reused KV cache does not hold (a reply to the same
+        words reuses them). Needs a model decoded left to right with the block cache (SmolLM2's)."""
+        if not self.left_to_right:
+            raise ValueError("the end-of-turn probability needs a model pretrained left to right")
+        words = text.strip().rstrip(".?!,;: ")
+        prompt = chat.render_open_turn(messages, words, self.chat_style, self.bos_token)
+        ids = self.tokenizer.encode(prompt, add_special_tokens=False).ids
+        if self._prefix is None:
+            self._prefix = PrefixCache(self.model.new_cache(1, self.model.args.max_sequence_length))
+        self._check_fits(len(ids), 1)
+        probabilities = torch.softmax(next_token_logits(self.model, ids, self._prefix, self.special.mask), dim=-1)
+        ends = {self.tokenizer.token_to_id(t) for t in (chat.END_OF_TURN[self.chat_style], ".", "?", "!")} - {None}
+        return float(probabilities[sorted(ends)].sum())
 
     def forget_prefix(self) -> None:
         """Drop the reused KV cache: the next block generation prefills its whole prompt."""

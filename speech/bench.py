@@ -1,8 +1,10 @@
-"""Speech-stage measurements, printed as tables: `python -m speech.bench [vad|asr|tts]`.
+"""Speech-stage measurements, printed as tables: `python -m speech.bench [vad|asr|tts|endpoint]`.
 
 vad: endpointing on Piper speech with mid-sentence pauses and added noise, over aggressiveness x silence_ms.
 asr: transcribe latency for short utterances, 10 s encoder window vs Whisper's 30 s.
 tts: time to the first clause's audio vs the whole reply.
+endpoint: the end-of-turn policies (speech.endpoint) on the labeled set of speech.endpoint_set: silence waited
+after complete turns, share of paused turns cut off, CPU ms per decision; the plain 600 ms VAD is the baseline.
 """
 import argparse
 import statistics
@@ -11,9 +13,12 @@ import time
 import numpy as np
 
 from speech.asr import AsrOptions, Transcriber
-from speech.audio import SAMPLE_RATE_HZ, resample
+from speech.audio import SAMPLE_RATE_HZ, frames, resample
+from speech import endpoint_set
+from speech.endpoint import EndpointPolicy, SmartTurn
+from speech.endpoint_set import add_noise, trimmed
 from speech.tts import Synthesizer
-from speech.vad import SpeechEnd, SpeechStart, VadConfig, detect_turns
+from speech.vad import SpeechEnd, SpeechStart, TurnDetector, VadConfig, detect_turns
 
 # Each turn is spoken clause by clause with a pause between clauses, like a person thinking mid-sentence.
 TURNS = [
@@ -32,9 +37,7 @@ _VOICED_LEVEL = 500        # |int16| above this counts as speech when trimming P
 
 def _speech(synth: Synthesizer, text: str) -> np.ndarray:
     """Piper speech at 16 kHz with its own leading and trailing silence trimmed."""
-    audio = resample(synth.synthesize(text), synth.sample_rate_hz, SAMPLE_RATE_HZ)
-    voiced = np.flatnonzero(np.abs(audio) > _VOICED_LEVEL)
-    return audio[voiced[0]:voiced[-1] + 1]
+    return trimmed(resample(synth.synthesize(text), synth.sample_rate_hz, SAMPLE_RATE_HZ))
 
 
 def _turn_audio(clauses: list[np.ndarray], pause_ms: int) -> tuple[np.ndarray, float, float]:
@@ -45,19 +48,6 @@ def _turn_audio(clauses: list[np.ndarray], pause_ms: int) -> tuple[np.ndarray, f
     return np.concatenate([edge, speech, edge]), EDGE_MS, EDGE_MS + speech.size * 1000 / SAMPLE_RATE_HZ
 
 
-def _noise(n: int, rms: float, rng: np.random.Generator) -> np.ndarray:
-    """Noise with more low-frequency energy than white, like a room or a fan."""
-    white = rng.normal(0.0, 1.0, n + 7)
-    pinkish = np.convolve(white, np.ones(8), mode="valid")
-    return pinkish * rms / pinkish.std()
-
-
-def _add_noise(audio: np.ndarray, noise_rms: float, rng: np.random.Generator) -> np.ndarray:
-    if noise_rms == 0:
-        return audio
-    return np.clip(audio + _noise(audio.size, noise_rms, rng), -32768, 32767).astype(np.int16)
-
-
 def bench_vad() -> None:
     synth = Synthesizer()
     rng = np.random.default_rng(0)
@@ -65,10 +55,10 @@ def bench_vad() -> None:
     loud = np.concatenate([c for clauses in spoken for c in clauses]).astype(np.float64)
     speech_rms = np.sqrt(np.mean(loud[np.abs(loud) > _VOICED_LEVEL] ** 2))
     noise_levels = {snr: 0.0 if snr is None else speech_rms / 10 ** (snr / 20) for snr in SNRS_DB}
-    cases = [(_add_noise(audio, noise_levels[snr], rng), start, end, pause)
+    cases = [(add_noise(audio, noise_levels[snr], rng), start, end, pause)
              for pause in PAUSES_MS for snr in SNRS_DB
              for audio, start, end in (_turn_audio(clauses, pause) for clauses in spoken)]
-    noise_only = [_add_noise(np.zeros(10 * SAMPLE_RATE_HZ, np.int16), level, rng)
+    noise_only = [add_noise(np.zeros(10 * SAMPLE_RATE_HZ, np.int16), level, rng)
                   for level in noise_levels.values() if level]
     print(f"{len(cases)} turns: {len(TURNS)} texts x pauses {PAUSES_MS} ms x SNR {SNRS_DB} dB "
           f"(speech RMS {speech_rms:.0f})")
@@ -154,12 +144,128 @@ def bench_tts(repeats: int = 5) -> None:
     print(f"{first_ms:>16.0f} {whole_ms:>15.0f} {whole_ms / first_ms:>5.1f}x {whole_ms / 1000 / audio_s:>17.3f}")
 
 
+# --- end of turn -------------------------------------------------------------------------------------------
+
+ENDPOINT_SYSTEM = "You answer the phone for a small business. Be brief and friendly."
+LM_POLICY = EndpointPolicy()
+SMART_TURN_POLICY = EndpointPolicy(complete_at=0.5, unfinished_below=0.1)
+
+
+def bench_endpoint(llm_model: str = "llm/weights/parley-smollm2") -> None:
+    # The LM's signal needs the LM: loaded here only, so speech/ itself never imports llm.
+    import torch
+
+    import llm
+
+    torch.set_num_threads(1)
+    synth, asr = Synthesizer(varied=False), Transcriber()
+    try:
+        smart = SmartTurn()
+    except FileNotFoundError as exc:   # an optional row: its model comes from a package Parley does not need
+        print(f"(Smart Turn left out: {exc})")
+        smart = None
+    engine = llm.load(llm_model, device="cpu")
+    context = [{"role": "system", "content": ENDPOINT_SYSTEM}]
+    engine.end_of_turn_probability(context, "Hello")   # the system turn into the reused cache, once
+    cases = endpoint_set.build(synth)
+    checks = [_endpoint_checks(case, asr, smart, engine, context) for case in cases]
+    voices = sorted({c.voice for c in cases})
+    print(f"{len(cases)} turns: {len(endpoint_set.COMPLETE)} complete and {len(endpoint_set.PAUSED)} paused "
+          f"(pauses {endpoint_set.PAUSES_MS} ms) x voices {voices} x SNR {endpoint_set.SNRS_DB} dB")
+    print("wait = silence from the end of speech to the endpoint after complete turns (median, p90), the "
+          "decision's CPU time here included (the turn holds until it is known); free: were the decision instant, "
+          "as on a GPU; cut% = paused turns ended in their pause; split% = complete turns ended early; "
+          "ms = CPU per decision (median)")
+    policies = {
+        "fixed 600 ms VAD (today)": lambda c: 600,
+        "LM (transcript)": lambda c: LM_POLICY.wait_ms(c["lm"]),
+        "Smart Turn (audio)": lambda c: SMART_TURN_POLICY.wait_ms(c["smart"]),
+        "LM and Smart Turn agree": lambda c: max(LM_POLICY.wait_ms(c["lm"]), SMART_TURN_POLICY.wait_ms(c["smart"])),
+        "LM or Smart Turn": lambda c: min(LM_POLICY.wait_ms(c["lm"]), SMART_TURN_POLICY.wait_ms(c["smart"])),
+    }
+    cost = {"fixed 600 ms VAD (today)": lambda c: 0.0, "LM (transcript)": lambda c: c["asr_ms"] + c["lm_ms"],
+            "Smart Turn (audio)": lambda c: c["smart_ms"]}
+    cost["LM and Smart Turn agree"] = cost["LM or Smart Turn"] = lambda c: c["asr_ms"] + c["lm_ms"] + c["smart_ms"]
+    print(f"{'policy':<28} {'wait ms':>8} {'p90':>6} {'free':>6} {'cut%':>6} {'split%':>7} {'ms':>6}   cut% by pause "
+          + " ".join(f"{p:>5}" for p in endpoint_set.PAUSES_MS))
+    shown = [name for name in policies if smart is not None or "Smart Turn" not in name]
+    for name in shown:
+        print(_endpoint_row(name, cases, checks, policies[name], cost[name]))
+    for voice in voices:
+        mine = [i for i, c in enumerate(cases) if c.voice == voice]
+        print(f"-- {voice}")
+        for name in [n for n in shown if " and " not in n and " or " not in n]:
+            print(_endpoint_row(name, [cases[i] for i in mine], [checks[i] for i in mine], policies[name],
+                                cost[name]))
+
+
+def _endpoint_checks(case, asr, smart, engine, context) -> list[dict]:
+    """Every point of the turn where the silence reached check_ms: the signals there, and how long that
+    silence really lasted (until speech resumed; the last one has no end)."""
+    config = VadConfig(silence_ms=LM_POLICY.max_silence_ms + 100)
+    detector, checks, silence_ms = TurnDetector(config), [], 0.0
+    for frame in frames(case.audio):
+        ended = any(isinstance(e, SpeechEnd) for e in detector.push(frame))
+        if checks and checks[-1]["open"]:
+            if ended:
+                checks[-1]["open"] = False                     # the turn's last silence: it never ends
+            elif detector.trailing_silence_ms == 0:
+                checks[-1]["open"] = False                     # speech resumed: that silence is over
+                checks[-1]["silence_ms"] = silence_ms
+            else:
+                silence_ms = detector.trailing_silence_ms
+        if detector.in_speech and detector.trailing_silence_ms == LM_POLICY.check_ms:
+            audio = detector.endpoint_audio()
+            start = time.perf_counter()
+            text = asr.transcribe(audio)
+            asr_ms = (time.perf_counter() - start) * 1000
+            start = time.perf_counter()
+            lm = engine.end_of_turn_probability(context, text) if text.strip() else 0.0
+            lm_ms = (time.perf_counter() - start) * 1000
+            p_smart, smart_ms = smart.timed(audio) if smart is not None else (0.0, 0.0)
+            silence_start_ms = detector.time_ms - detector.trailing_silence_ms
+            checks.append({"lm": lm, "smart": p_smart, "asr_ms": asr_ms, "lm_ms": lm_ms, "smart_ms": smart_ms,
+                           "text": text, "silence_ms": float("inf"), "open": True,
+                           "final": silence_start_ms >= case.end_ms - 150})   # (a soft last syllable)
+    return checks
+
+
+def _endpoint_row(name, cases, checks, wait, cost) -> str:
+    """A policy over the set. As in app.session: a judgement is known check_ms + its CPU time into a silence;
+    until then the turn holds, so a silence ends the turn at max(the wait chosen, that time), if it lasts."""
+    def end(c) -> float:
+        return max(wait(c), LM_POLICY.check_ms + cost(c))
+
+    waits, free, cut, split, costs = [], [], {p: [0, 0] for p in endpoint_set.PAUSES_MS}, [0, 0], []
+    for case, points in zip(cases, checks):
+        early = any(not c["final"] and end(c) < c["silence_ms"] for c in points)
+        costs += [cost(c) for c in points]
+        if case.pause_ms is not None:
+            cut[case.pause_ms][0] += early
+            cut[case.pause_ms][1] += 1
+            continue
+        split[0] += early
+        split[1] += 1
+        final = next((c for c in points if c["final"]), None)
+        if final is not None and not early:
+            waits.append(end(final))
+            free.append(wait(final))
+    paused = sum(n for n, _ in cut.values()), sum(t for _, t in cut.values())
+    by_pause = " ".join(f"{100 * n / max(t, 1):>5.0f}" for n, t in cut.values())
+    median = statistics.median(waits) if waits else float("nan")
+    p90 = float(np.percentile(waits, 90)) if waits else float("nan")
+    free_median = statistics.median(free) if free else float("nan")
+    return (f"{name:<28} {median:>8.0f} {p90:>6.0f} {free_median:>6.0f} {100 * paused[0] / max(paused[1], 1):>6.1f} "
+            f"{100 * split[0] / max(split[1], 1):>7.1f} {statistics.median(costs) if costs else 0:>6.0f}   "
+            f"{'':13} {by_pause}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("which", nargs="*", choices=["vad", "asr", "tts"], default=["vad", "asr", "tts"])
+    parser.add_argument("which", nargs="*", choices=["vad", "asr", "tts", "endpoint"], default=["vad", "asr", "tts"])
     for which in parser.parse_args().which:
         print(f"== {which}")
-        {"vad": bench_vad, "asr": bench_asr, "tts": bench_tts}[which]()
+        {"vad": bench_vad, "asr": bench_asr, "tts": bench_tts, "endpoint": bench_endpoint}[which]()
 
 
 if __name__ == "__main__":

@@ -155,11 +155,18 @@ class TurnDetector:
         too_long = len(self._utterance) * FRAME_MS >= self.config.max_utterance_ms
         if silent_frames * FRAME_MS < self.config.silence_ms and not too_long:
             return []
-        last_voiced_ms = self.time_ms - silent_frames * FRAME_MS
+        return [self.end_now()]
+
+    def end_now(self) -> SpeechEnd | None:
+        """End the current turn at this frame: an end-of-turn decision (speech.endpoint) judged the silence so far
+        enough. None outside speech."""
+        if not self._in_speech:
+            return None
+        last_voiced_ms = self.time_ms - self.trailing_silence_ms
         end = SpeechEnd(time_ms=self.time_ms, last_voiced_ms=last_voiced_ms, audio=self.endpoint_audio())
         self._utterance = []
         self._in_speech = False
-        return [end]
+        return end
 
 
 def detect_turns(samples: np.ndarray, config: VadConfig = VadConfig()) -> list[SpeechStart | SpeechEnd]:

@@ -69,6 +69,7 @@ def test_page_talks_to_parley(server, fake_microphone):
             expect(page.locator(".msg.agent.final .text").first).to_have_text(ANSWER, timeout=TURN_TIMEOUT_MS)
             expect(page.locator(".tool").first).to_contain_text("business_info")
             expect(page.locator(".waterfall .wf-row")).to_have_count(5, timeout=TURN_TIMEOUT_MS)
+            expect(page.locator(".waterfall .wf-foot").first).to_contain_text(re.compile(r"End of turn: .* ms of silence"))
             page.wait_for_function("window.parley.remotePeak > 0.02", timeout=TURN_TIMEOUT_MS)
             status = page.evaluate("window.parley")
             page.screenshot(path=str(ARTIFACTS / "browser-turn.png"), full_page=True)

@@ -305,6 +305,12 @@ function waterfall(metrics) {
     start += metrics[key];
     node.appendChild(row);
   });
+  if (typeof metrics.end_of_turn_delay_ms === "number") {
+    const decided = document.createElement("div");
+    decided.className = "wf-foot";
+    decided.textContent = endOfTurnText(metrics);
+    node.appendChild(decided);
+  }
   if (typeof metrics.llm_passes === "number") {
     const foot = document.createElement("div");
     foot.className = "wf-foot";
@@ -312,6 +318,15 @@ function waterfall(metrics) {
     node.appendChild(foot);
   }
   return node;
+}
+
+// Which signal ended the turn: the VAD's fixed silence, or the language model's judgement of the words so far.
+function endOfTurnText(metrics) {
+  const waited = `${Math.round(metrics.end_of_turn_delay_ms)} ms of silence`;
+  if (metrics.end_of_turn === "lm" && typeof metrics.p_complete === "number") {
+    return `End of turn: the language model judged the words ${metrics.p_complete >= 0.5 ? "finished" : "unfinished"} (p ${metrics.p_complete.toFixed(2)}) after ${waited}`;
+  }
+  return `End of turn: the voice detector's ${waited}`;
 }
 
 function scrollToEnd() {

@@ -78,8 +78,10 @@ async def converse(services, audio: np.ndarray, realtime: bool = False, options=
                 await asyncio.sleep(0.002)
 
     speaker = asyncio.create_task(drain())
-    # trailing silence so the turn detector can hear the end of the last utterance
-    tail = np.zeros(SAMPLE_RATE_HZ * (services.vad_config.silence_ms + 500) // 1000, dtype=np.int16)
+    # trailing silence so the turn detector can hear the end of the last utterance, however long it waits
+    policy = session.options.end_of_turn
+    wait_ms = max(services.vad_config.silence_ms, policy.max_silence_ms if policy is not None else 0)
+    tail = np.zeros(SAMPLE_RATE_HZ * (wait_ms + 500) // 1000, dtype=np.int16)
     stream = np.concatenate([audio, tail])
     for start in range(0, len(stream), FRAME_SAMPLES):
         session.push_audio(stream[start:start + FRAME_SAMPLES])

@@ -47,6 +47,15 @@ class ClientConversation:
             self.on_call(call)
         return turn
 
+    def retract_last_turn(self) -> bool:
+        """As Agent.retract_last_turn: an unanswered user turn the caller went on from leaves the history."""
+        with self._lock:
+            last = max((i for i, m in enumerate(self.messages) if m["role"] == "user"), default=None)
+            if last is None or any(m.get("tool_calls") or m["role"] == "tool" for m in self.messages[last:]):
+                return False
+            del self.messages[last:]
+            return True
+
     def truncate_last_reply(self, heard_text: str) -> None:
         with self._lock:
             for i in range(len(self.messages) - 1, -1, -1):

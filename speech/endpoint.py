@@ -1,0 +1,70 @@
+"""The end-of-turn decision: when the caller falls silent, did they finish what they meant to say?
+
+webrtcvad says speech or not (speech.vad); this decides what a silence means. From `check_ms` of silence a
+signal gives the probability that the turn is complete: the language model's own (the sentence ends where the
+words stop: `llm.Engine.end_of_turn_probability` on the transcript so far), or Smart Turn's (an audio model of
+intonation and rhythm, below). A turn judged complete ends at once; one judged unfinished waits up to
+`max_silence_ms` for the caller to go on, and one in between waits the plain VAD's `silence_ms`.
+"""
+import time
+from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, distribution
+
+import numpy as np
+from faster_whisper.feature_extractor import FeatureExtractor
+
+from speech.audio import SAMPLE_RATE_HZ
+
+
+@dataclass(frozen=True)
+class EndpointPolicy:
+    check_ms: int = 200             # the silence after which the signal is asked (drafting starts then too)
+    # NOTE: from `python -m speech.bench endpoint` (216 synthetic turns, 3 voices, clean / 20 / 10 dB): a
+    # sentence that can end where the words stop gets P >= 0.5 mostly, one that cannot < 0.001; below 0.005 the
+    # turns cut off in their pause went from 35% (the VAD alone) to 7-10%, with the same median wait.
+    complete_at: float = 0.5        # P(complete) from which the turn ends at once
+    unfinished_below: float = 0.005  # P(complete) under which the caller gets max_silence_ms to go on
+    silence_ms: int = 600           # the wait in between (the plain VAD's)
+    max_silence_ms: int = 1500
+
+    def wait_ms(self, p_complete: float) -> int:
+        """The silence this turn waits in all, given the signal's probability at check_ms."""
+        if p_complete >= self.complete_at:
+            return self.check_ms
+        return self.max_silence_ms if p_complete < self.unfinished_below else self.silence_ms
+
+
+class SmartTurn:
+    """Smart Turn v3.2 (Daily, BSD-2): a Whisper-tiny-sized encoder over the last 8 s of a turn's audio that
+    gives P(the turn is complete) from how it was said. Its ONNX file ships inside the `pipecat-ai` wheel, which
+    Parley installs without its dependencies only to read this file."""
+
+    PACKAGE, FILE = "pipecat-ai", "pipecat/audio/turn/smart_turn/data/smart-turn-v3.2-cpu.onnx"
+    WINDOW_S = 8
+
+    def __init__(self, threads: int = 1):
+        import onnxruntime as ort   # loaded with the model: the plain VAD needs neither
+
+        try:
+            path = distribution(self.PACKAGE).locate_file(self.FILE)
+        except PackageNotFoundError:
+            raise FileNotFoundError(f"Smart Turn's model comes from the {self.PACKAGE} package: "
+                                    f"pip install --no-deps {self.PACKAGE}") from None
+        options = ort.SessionOptions()
+        options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
+        self._session = ort.InferenceSession(str(path), sess_options=options, providers=["CPUExecutionProvider"])
+        self._features = FeatureExtractor(feature_size=80, chunk_length=self.WINDOW_S)
+
+    def probability(self, audio: np.ndarray) -> float:
+        """P(complete) for a turn's int16 16 kHz audio so far (its last 8 s, silence-padded in front)."""
+        n = self.WINDOW_S * SAMPLE_RATE_HZ
+        x = audio[-n:].astype(np.float32) / 32768.0
+        x = np.pad(x, (n - x.size, 0))
+        x = (x - x.mean()) / np.sqrt(x.var() + 1e-7)   # the zero-mean, unit-variance input it was trained on
+        features = self._features(x, padding=0, chunk_length=self.WINDOW_S)[None].astype(np.float32)
+        return float(self._session.run(None, {"input_features": features})[0].reshape(-1)[0])
+
+    def timed(self, audio: np.ndarray) -> tuple[float, float]:
+        start = time.perf_counter()
+        p = self.probability(audio)
+        return p, (time.perf_counter() - start) * 1000
