@@ -2,12 +2,14 @@
 through the whole pipeline (real Whisper and Piper), with the language model's judgement and without it."""
 import asyncio
 import dataclasses
+import os
 
 import numpy as np
 import pytest
 
 from app.services import Services
 from app.session import Session, SessionOptions
+from speech import endpoint_set
 from speech.audio import FRAME_MS, FRAME_SAMPLES, SAMPLE_RATE_HZ
 from speech.endpoint import EndpointPolicy
 from speech.vad import SpeechEnd, TurnDetector, VadConfig
@@ -35,6 +37,29 @@ def test_a_turn_ends_now_when_told(speak):
     assert isinstance(end, SpeechEnd) and 200 <= end.time_ms - end.last_voiced_ms < 300   # the silence so far
     assert end.time_ms == detector.time_ms and len(end.audio) > len(words) // 2
     assert not detector.in_speech and detector.end_now() is None
+
+
+def _longest_gap_ms(audio: np.ndarray, level: int = 300) -> float:
+    loud = np.flatnonzero(np.abs(audio) > level)
+    return float(np.diff(loud).max()) * 1000 / SAMPLE_RATE_HZ if len(loud) > 1 else 0.0
+
+
+@pytest.mark.skipif(not endpoint_set.espeak_available() and not os.environ.get("CI"),
+                    reason="espeak-ng is not installed (apt-get install espeak-ng; .ci/run does)")
+def test_the_endpoint_set_is_labeled_turns_in_several_voices_and_noise(synthesizer):
+    cases = endpoint_set.build(synthesizer, voices=("en-us",))
+    texts = len(endpoint_set.COMPLETE) + len(endpoint_set.PAUSED)
+    assert len(cases) == 2 * texts * len(endpoint_set.SNRS_DB)
+    assert {c.voice for c in cases} == {"piper", "en-us"} and {c.snr_db for c in cases} == {None, 20, 10}
+    clean = [c for c in cases if c.snr_db is None]
+    for case in clean:
+        gap = _longest_gap_ms(case.audio[: int(case.end_ms * SAMPLE_RATE_HZ / 1000)])
+        if case.pause_ms is None:
+            assert gap < 300, (case.text, case.voice, gap)               # no pause inside a complete turn
+        else:
+            assert gap >= case.pause_ms - 100, (case.text, case.voice, case.pause_ms, gap)   # the pause is there
+    noisy = next(c for c in cases if c.snr_db == 10)
+    assert np.abs(noisy.audio[:1000]).mean() > 50                     # noise under the leading silence too
 
 
 @pytest.mark.slow
