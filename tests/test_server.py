@@ -198,7 +198,7 @@ def test_every_route_but_the_page_and_health_wants_the_token(guarded):
             assert without.status_code == wrong.status_code == 401, (method, route.path, without.text)
             assert without.headers["www-authenticate"] == "Bearer"
             assert with_header.status_code != 401 and with_query.status_code != 401, (method, route.path)
-    assert {"/offer", "/metrics", "/telephony/twilio/voice", "/telephony/twilio"} <= walked
+    assert {"/offer", "/metrics", "/telephony/twilio/voice", "/telephony/twilio", "/v1/realtime"} <= walked
     for path in ("/", "/healthz", "/static/app.js"):
         assert client.get(path).status_code == 200, path
 
