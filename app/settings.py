@@ -38,6 +38,8 @@ class Settings:
     db_path: str = field(default_factory=lambda: str(_data_dir() / "appointments.sqlite3"))
     # telephony
     public_host: str | None = None        # host name Twilio reaches us on, for the TwiML stream URL
+    # what a caller hears when every session is in use (Twilio says it, then hangs up)
+    busy_message: str = "Sorry, all our lines are busy right now. Please call back in a few minutes."
     twilio_auth_token: str | None = None  # when set, X-Twilio-Signature is verified
 
     def replace(self, **changes) -> "Settings":

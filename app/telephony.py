@@ -93,6 +93,12 @@ async def twilio_voice(request: Request) -> Response:
     host = settings.public_host or request.headers.get("host")
     if not host:
         return _refuse(request.app, 400, "no public host: set PARLEY_PUBLIC_HOST (or send a Host header)")
+    state = request.app.state
+    if state.services is None or not state.services.ready or len(state.calls) >= settings.max_sessions:
+        # no session for this call now: the caller hears why (Twilio says it), not a stream refused in silence
+        _count_refusal(request.app, "busy")
+        log.info("twilio call refused: %s", "busy" if state.services and state.services.ready else "not ready")
+        return Response(twilio.busy_twiml(settings.busy_message), media_type="text/xml")
     # with PARLEY_AUTH_TOKEN, the stream carries it as a <Parameter> (Twilio takes no query string there)
     parameters = {TOKEN_PARAMETER: settings.auth_token} if settings.auth_token else None
     twiml = twilio.connect_stream_twiml(f"wss://{host}{STREAM_PATH}", parameters)

@@ -11,7 +11,7 @@ import hmac
 import json
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit, urlunsplit
-from xml.sax.saxutils import quoteattr
+from xml.sax.saxutils import escape, quoteattr
 
 TWILIO_RATE_HZ = 8_000                       # Media Streams audio is always G.711 mu-law, 8 kHz, mono
 TWILIO_FRAME_MS = 20                         # Twilio sends one media message per 20 ms
@@ -134,6 +134,11 @@ def _url_variants(url: str) -> list[str]:
             if variant not in variants:
                 variants.append(variant)
     return variants
+
+
+def busy_twiml(message: str) -> str:
+    """TwiML for a call Parley cannot take now: Twilio says `message` in its own voice, then hangs up."""
+    return (f'<?xml version="1.0" encoding="UTF-8"?><Response><Say>{escape(message)}</Say><Hangup/></Response>')
 
 
 def connect_stream_twiml(stream_url: str, parameters: dict[str, str] | None = None) -> str:

@@ -369,23 +369,32 @@ def test_message_over_64_kib_closes_the_socket_with_a_reason(phone):
     assert not app.state.calls
 
 
-def test_a_call_over_max_sessions_is_refused_with_503(phone):
+def test_a_call_over_max_sessions_hears_an_apology_and_a_late_stream_gets_503(phone):
     host, app, _ = phone
+    refused_before = app.state.metrics.refused.labels("twilio", "busy")._value.get()
 
     async def go():
         url = f"ws://{host}/telephony/twilio"
         async with connect(url) as first, connect(url) as second:
             await wait_until(lambda: len(app.state.calls) == 2, 5, "two live calls")
-            with pytest.raises(InvalidStatus) as refused:
+            async with httpx.AsyncClient() as client:   # the third call's webhook: spoken, then hung up
+                started = time.perf_counter()
+                webhook = await client.post(f"http://{host}/telephony/twilio/voice", data={"CallSid": "CA3"})
+                webhook_ms = (time.perf_counter() - started) * 1000
+            with pytest.raises(InvalidStatus) as refused:   # a stream that comes anyway (a race): 503
                 async with connect(f"ws://{host}/telephony/twilio"):
                     pass
             for ws in (first, second):
                 await ws.send(STOP)
                 await asyncio.wait_for(ws.wait_closed(), 10)
-            return refused.value.response
+            return webhook, webhook_ms, refused.value.response
 
-    response = asyncio.run(go())
+    webhook, webhook_ms, response = asyncio.run(go())
+    assert webhook.status_code == 200 and webhook.headers["content-type"].startswith("text/xml")
+    assert "<Say>Sorry, all our lines are busy" in webhook.text and "<Hangup/>" in webhook.text
+    assert "<Connect>" not in webhook.text and webhook_ms < 100, webhook_ms
     assert response.status_code == 503 and b"busy" in response.body
+    assert app.state.metrics.refused.labels("twilio", "busy")._value.get() == refused_before + 2
     assert not app.state.calls
 
 
