@@ -27,6 +27,7 @@ from app import twilio
 from app.auth import TOKEN_PARAMETER, token_matches
 from app.playback import PacingClock
 from app.request_body import read_limited
+from app.socket_call import SocketCall
 from app.twilio import TWILIO_FRAME_MS, TWILIO_FRAME_SAMPLES, TWILIO_RATE_HZ, ProtocolError, StreamStart
 from speech.audio import SAMPLE_RATE_HZ, mulaw_to_pcm, pcm_to_mulaw
 
@@ -169,66 +170,36 @@ async def _deny(websocket: WebSocket, status: int, kind: str, reason: str) -> No
         await websocket.close(code=1008, reason=reason)
 
 
-class TwilioCall:
+class TwilioCall(SocketCall):
     """One phone call: Twilio's audio into a Session, the agent's audio back at real-time pace."""
 
     TRANSPORT = "twilio"
 
     def __init__(self, websocket: WebSocket, services, *, on_closed: Callable[["TwilioCall"], None],
                  stats: TelephonyStats, metrics, on_event: CallEventHook | None = None, token: str | None = None):
-        self.websocket = websocket
+        super().__init__(websocket, on_closed)
         self.token = token                          # the token the start message must carry, if any
         self.metrics = metrics                      # app.metrics.Metrics
         self.services = services
-        self.on_closed = on_closed
         self.stats = stats
         self.on_event = on_event
-        self.info: CallInfo | None = None
-        self.session = None                         # created by `start`
+        self.info: CallInfo | None = None           # the session is created by `start`
         self.ignored: Counter = Counter()           # this call's ignored messages, by reason
-        self.closing = False
         self._resampler = soxr.ResampleStream(TWILIO_RATE_HZ, SAMPLE_RATE_HZ, 1, dtype="int16", quality="HQ")
         self._marks: set[str] = set()              # marks sent, not yet echoed, since the last clear
         self._send_lock = asyncio.Lock()
-        self._tasks: set[asyncio.Task] = set()
-        self._closed = asyncio.Event()
 
     async def run(self) -> None:
         """Accept the socket and serve the call until either side ends it."""
         await self.websocket.accept()
-        self._spawn(self._receive(), "receive")
-        await self._closed.wait()
+        self.spawn(self._receive(), "receive")
+        await self.wait_closed()
 
-    async def close(self, reason: str, code: int = CLOSE_NORMAL) -> None:
-        """End the call: tasks, session, socket. Idempotent."""
-        if self.closing:
-            await self._closed.wait()
-            return
-        self.closing = True
-        log.info("twilio call %s closing: %s (ignored: %s)", self._sid(), reason, dict(self.ignored) or "none")
-        current = asyncio.current_task()
-        for task in list(self._tasks):
-            if task is not current:
-                task.cancel()
-        if self.session is not None:
-            try:
-                await self.session.close()
-            except Exception:
-                log.exception("twilio call %s: session close failed", self._sid())
-        if self.websocket.application_state == WebSocketState.CONNECTED:
-            try:
-                await self.websocket.close(code=code, reason=reason[:120])
-            except Exception:  # the peer went away while we were closing
-                log.debug("twilio call %s: socket already gone", self._sid(), exc_info=True)
+    async def closed(self, reason: str) -> None:
+        if self.ignored:
+            log.info("twilio call %s ignored: %s", self.name(), dict(self.ignored))
         if self.info is not None:
             await self._emit({"type": "call", "status": "ended", "reason": reason})
-        self.on_closed(self)
-        self._closed.set()
-
-    def close_soon(self, reason: str, code: int = CLOSE_NORMAL) -> None:
-        """close() from a synchronous callback."""
-        if not self.closing:
-            asyncio.ensure_future(self.close(reason, code))
 
     # --- inbound ---------------------------------------------------------------------------------------------
 
@@ -302,8 +273,8 @@ class TwilioCall:
                                observer=self.metrics.observer(self.TRANSPORT))
         self.session.on_clear = self._on_clear
         log.info("twilio call %s started (stream %s)", start.call_sid, start.stream_sid)
-        self._spawn(self._run_session(), "session")
-        self._spawn(self._send_audio(), "audio-out")
+        self.spawn(self.run_session(), "session")
+        self.spawn(self._send_audio(), "audio-out")
         await self._emit({"type": "call", "status": "started"})
         return None
 
@@ -329,7 +300,7 @@ class TwilioCall:
     def _ignore(self, kind: str, detail: str) -> None:
         self.ignored[kind] += 1
         self.stats.ignored[kind] += 1
-        log.debug("twilio call %s: ignored %s: %s", self._sid(), kind, detail)
+        log.debug("twilio call %s: ignored %s: %s", self.name(), kind, detail)
 
     # --- outbound --------------------------------------------------------------------------------------------
 
@@ -366,12 +337,6 @@ class TwilioCall:
 
     # --- session glue ----------------------------------------------------------------------------------------
 
-    async def _run_session(self) -> None:
-        try:
-            await self.session.run()
-        finally:
-            self.close_soon("session ended", CLOSE_ERROR)
-
     async def _on_control(self, action: str) -> None:
         # Called once the reply announcing the action was heard (its marks echoed).
         await self._emit({"type": "control", "action": action})
@@ -384,18 +349,7 @@ class TwilioCall:
         try:
             await self.on_event(self.info, event)
         except Exception:  # an integrator's bug must not take the call down
-            log.exception("twilio call %s: event hook failed on %s", self._sid(), event.get("type"))
+            log.exception("twilio call %s: event hook failed on %s", self.name(), event.get("type"))
 
-    def _spawn(self, coro, name: str) -> None:
-        task = asyncio.create_task(coro, name=f"twilio-{self._sid()}-{name}")
-        self._tasks.add(task)
-        task.add_done_callback(self._task_done)
-
-    def _task_done(self, task: asyncio.Task) -> None:
-        self._tasks.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            log.error("twilio call %s: task %s failed", self._sid(), task.get_name(), exc_info=task.exception())
-            self.close_soon(f"{task.get_name()} failed", CLOSE_ERROR)
-
-    def _sid(self) -> str:
-        return self.info.call_sid if self.info is not None and self.info.call_sid else f"#{id(self):x}"
+    def name(self) -> str:
+        return self.info.call_sid if self.info is not None and self.info.call_sid else super().name()

@@ -10,7 +10,7 @@ import numpy as np
 import soxr
 from fastapi import APIRouter, WebSocket
 from fastapi.responses import PlainTextResponse
-from starlette.websockets import WebSocketDisconnect, WebSocketState
+from starlette.websockets import WebSocketDisconnect
 
 from app.openai_api import AGENT_MODEL, model_id
 from app.playback import PacingClock
@@ -18,6 +18,7 @@ from app.realtime.config import RATES, Config, EventError
 from app.realtime.conversation import ClientConversation
 from app.realtime.events import Conversation, new_id
 from app.session import Session
+from app.socket_call import SocketCall
 from speech.audio import SAMPLE_RATE_HZ, alaw_to_pcm, mulaw_to_pcm, pcm_to_alaw, pcm_to_mulaw
 
 log = logging.getLogger(__name__)
@@ -27,7 +28,6 @@ router = APIRouter(prefix="/v1")
 OUTPUT_RATE_HZ = 24_000
 FRAME_MS = 20
 MIN_COMMIT_MS = 100                       # OpenAI's smallest committable buffer
-CLOSE_NORMAL, CLOSE_ERROR = 1000, 1011
 
 
 @router.websocket("/realtime")
@@ -62,13 +62,14 @@ async def _deny(websocket: WebSocket, status: int, kind: str, reason: str) -> No
         await websocket.close(code=1008, reason=reason)
 
 
-class RealtimeCall:
+class RealtimeCall(SocketCall):
     """One Realtime session: client events in, server events out, a Session in between."""
 
     TRANSPORT = "realtime"
 
     def __init__(self, websocket: WebSocket, services, model: str, *, on_closed, metrics):
-        self.websocket, self.services, self.on_closed, self.metrics = websocket, services, on_closed, metrics
+        super().__init__(websocket, on_closed)
+        self.services, self.metrics = services, metrics
         self.config = Config(new_id("sess"), model)
         self.conversation = Conversation(self.config.id)
         self.agent_model = model == AGENT_MODEL
@@ -78,51 +79,24 @@ class RealtimeCall:
         self.session = Session(services, output_rate_hz=OUTPUT_RATE_HZ, send_event=self._on_session_event,
                                on_control=self._on_control, observer=metrics.observer(self.TRANSPORT), agent=agent)
         self.session.on_speech = self._on_speech
-        self.closing = False
         self._pending: list[asyncio.Future] = []          # user text not answered yet (typed, or committed audio)
         self._buffer: list[np.ndarray] = []               # committed-by-hand audio, 16 kHz (turn_detection null)
         self._speech_item: str | None = None              # the user item the turn detector is hearing
         self._committed_item: str | None = None           # the one it ended last, until its transcript comes
         self._in = None
         self._set_formats()
-        self._tasks: set[asyncio.Task] = set()
-        self._closed = asyncio.Event()
 
     async def run(self) -> None:
         await self.websocket.accept()
         self.metrics.start(self.TRANSPORT)
         self.conversation.send({"type": "session.created", "session": self.config.describe()})
         for coro, name in ((self._send_loop(), "send"), (self._receive(), "receive"),
-                           (self._run_session(), "session"), (self._send_audio(), "audio-out")):
-            self._spawn(coro, name)
-        await self._closed.wait()
+                           (self.run_session(), "session"), (self._send_audio(), "audio-out")):
+            self.spawn(coro, name)
+        await self.wait_closed()
 
-    async def close(self, reason: str, code: int = CLOSE_NORMAL) -> None:
-        """End the session: tasks, Session, socket. Idempotent."""
-        if self.closing:
-            await self._closed.wait()
-            return
-        self.closing = True
-        log.info("realtime session %s closing: %s", self.config.id, reason)
-        current = asyncio.current_task()
-        for task in list(self._tasks):
-            if task is not current:
-                task.cancel()
-        try:
-            await self.session.close()
-        except Exception:
-            log.exception("realtime session %s: session close failed", self.config.id)
-        if self.websocket.application_state == WebSocketState.CONNECTED:
-            try:
-                await self.websocket.close(code=code, reason=reason[:120])
-            except Exception:   # the client went away while we were closing
-                log.debug("realtime session %s: socket already gone", self.config.id, exc_info=True)
-        self.on_closed(self)
-        self._closed.set()
-
-    def close_soon(self, reason: str, code: int = CLOSE_NORMAL) -> None:
-        if not self.closing:
-            asyncio.ensure_future(self.close(reason, code))
+    def name(self) -> str:
+        return self.config.id
 
     # --- client events -------------------------------------------------------------------------------------------
 
@@ -305,12 +279,6 @@ class RealtimeCall:
         if action == "end_call":   # the goodbye was heard
             self.close_soon("the agent ended the call")
 
-    async def _run_session(self) -> None:
-        try:
-            await self.session.run()
-        finally:
-            self.close_soon("session ended", CLOSE_ERROR)
-
     # --- responses -------------------------------------------------------------------------------------------------
 
     def _finish_response(self, status: str, reason: str | None = None) -> None:
@@ -370,18 +338,6 @@ class RealtimeCall:
             except (WebSocketDisconnect, OSError, RuntimeError):
                 self.close_soon("the client went away")
                 return
-
-    def _spawn(self, coro, name: str) -> None:
-        task = asyncio.create_task(coro, name=f"realtime-{self.config.id}-{name}")
-        self._tasks.add(task)
-        task.add_done_callback(self._task_done)
-
-    def _task_done(self, task: asyncio.Task) -> None:
-        self._tasks.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            log.error("realtime session %s: task %s failed", self.config.id, task.get_name(),
-                      exc_info=task.exception())
-            self.close_soon(f"{task.get_name()} failed", CLOSE_ERROR)
 
 
 def _item_text(item: dict) -> str:
