@@ -5,11 +5,20 @@ import logging
 from typing import Callable
 
 from fastapi import WebSocket
+from fastapi.responses import PlainTextResponse
 from starlette.websockets import WebSocketState
 
 log = logging.getLogger(__name__)
 
 CLOSE_NORMAL, CLOSE_ERROR = 1000, 1011
+
+
+async def refuse_handshake(websocket: WebSocket, status: int, reason: str) -> None:
+    """Answer the WebSocket handshake with an HTTP status and its reason; nothing is allocated for the call."""
+    try:
+        await websocket.send_denial_response(PlainTextResponse(reason, status_code=status))
+    except RuntimeError:   # the server lacks the denial-response extension: a bare 403
+        await websocket.close(code=1008, reason=reason)
 
 
 class SocketCall:

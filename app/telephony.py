@@ -27,7 +27,7 @@ from app import twilio
 from app.auth import TOKEN_PARAMETER, token_matches
 from app.playback import PacingClock
 from app.request_body import read_limited
-from app.socket_call import SocketCall
+from app.socket_call import SocketCall, refuse_handshake
 from app.twilio import TWILIO_FRAME_MS, TWILIO_FRAME_SAMPLES, TWILIO_RATE_HZ, ProtocolError, StreamStart
 from speech.audio import SAMPLE_RATE_HZ, mulaw_to_pcm, pcm_to_mulaw
 
@@ -164,10 +164,7 @@ async def twilio_stream(websocket: WebSocket) -> None:
 async def _deny(websocket: WebSocket, status: int, kind: str, reason: str) -> None:
     _count_refusal(websocket.app, kind)
     log.info("twilio stream refused (%d): %s", status, reason)
-    try:
-        await websocket.send_denial_response(PlainTextResponse(reason, status_code=status))
-    except RuntimeError:  # the server lacks the denial-response extension: a bare 403
-        await websocket.close(code=1008, reason=reason)
+    await refuse_handshake(websocket, status, reason)
 
 
 class TwilioCall(SocketCall):

@@ -9,7 +9,6 @@ from dataclasses import replace
 import numpy as np
 import soxr
 from fastapi import APIRouter, WebSocket
-from fastapi.responses import PlainTextResponse
 from starlette.websockets import WebSocketDisconnect
 
 from app.openai_api import AGENT_MODEL, model_id
@@ -18,7 +17,7 @@ from app.realtime.config import RATES, Config, EventError
 from app.realtime.conversation import ClientConversation
 from app.realtime.events import Conversation, new_id
 from app.session import Session
-from app.socket_call import SocketCall
+from app.socket_call import SocketCall, refuse_handshake
 from speech.audio import SAMPLE_RATE_HZ, alaw_to_pcm, mulaw_to_pcm, pcm_to_alaw, pcm_to_mulaw
 
 log = logging.getLogger(__name__)
@@ -56,10 +55,7 @@ async def realtime(websocket: WebSocket) -> None:
 async def _deny(websocket: WebSocket, status: int, kind: str, reason: str) -> None:
     websocket.app.state.metrics.refuse(RealtimeCall.TRANSPORT, kind)
     log.info("realtime session refused (%d): %s", status, reason)
-    try:
-        await websocket.send_denial_response(PlainTextResponse(reason, status_code=status))
-    except RuntimeError:   # the server lacks the denial-response extension: a bare 403
-        await websocket.close(code=1008, reason=reason)
+    await refuse_handshake(websocket, status, reason)
 
 
 class RealtimeCall(SocketCall):
