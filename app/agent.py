@@ -139,6 +139,16 @@ def _starting_with(prefixes: list[str], texts: list[str], allows):
     return narrowed
 
 
+def retract_last_user_turn(messages: list[dict]) -> bool:
+    """Delete the last user message and everything after it, unless a tool was called or answered since
+    (returns whether it did)."""
+    last = max((i for i, m in enumerate(messages) if m["role"] == "user"), default=None)
+    if last is None or any(m["role"] == "tool" or m.get("tool_calls") for m in messages[last:]):
+        return False
+    del messages[last:]
+    return True
+
+
 class SpeechFilter:
     """Passes streamed model text through to `on_text`, holding back anything inside tool-call markup.
 
@@ -411,11 +421,7 @@ class Agent:
         """The caller went on speaking before hearing any answer to their last turn: it leaves the history (its
         words will be heard again with what follows). False, and it stays, if it ran a tool."""
         with self._lock:
-            last = max((i for i, m in enumerate(self.messages) if m["role"] == "user"), default=None)
-            if last is None or any(m["role"] == "tool" for m in self.messages[last:]):
-                return False
-            del self.messages[last:]
-            return True
+            return retract_last_user_turn(self.messages)
 
     def truncate_last_reply(self, heard_text: str) -> None:
         """Barge-in: the last assistant reply becomes only what the user heard (dropped if nothing was)."""

@@ -157,6 +157,15 @@ async def one_realtime_call(url: str, questions: list[np.ndarray], turns: int, f
 CALLERS = {"twilio": one_call, "webrtc": one_browser_call, "realtime": one_realtime_call}
 
 
+def spoken_questions(tts, transport: str) -> list[np.ndarray]:
+    """QUESTIONS in the bundled voice as the transport's caller speaks them: 8 kHz for Twilio (after 0.2 s of
+    silence), 48 kHz for WebRTC, 24 kHz for the Realtime API."""
+    if transport == "twilio":
+        return [speak_8k(tts, q) for q in QUESTIONS]
+    rate = {"webrtc": RTC_RATE_HZ, "realtime": REALTIME_RATE_HZ}[transport]
+    return [resample(tts.synthesize(q), tts.sample_rate_hz, rate) for q in QUESTIONS]
+
+
 async def _first_after(times, t0: float, timeout_s: float, closed) -> float | None:
     """The first of times() after t0, waiting up to timeout_s; None if none came (or the call closed)."""
     deadline = time.monotonic() + timeout_s
@@ -201,7 +210,7 @@ async def health(url: str) -> dict:
 async def run_level(url: str, k: int, questions, turns: int, timeout_s: float, soak_s: float | None = None,
                     transport: str = "twilio") -> dict:
     """K callers at once, `turns` questions each (or, with soak_s, as many as fit in that many seconds); questions
-    are audio at the transport's rate (QUESTION_RATES_HZ)."""
+    are audio at the transport's rate (`spoken_questions`)."""
     target = url.replace("http", "ws", 1) + "/telephony/twilio" if transport == "twilio" else url
     before = await health(url)
     until_s = None if soak_s is None else time.monotonic() + soak_s
@@ -222,9 +231,9 @@ def table(rows: list[dict]) -> str:
     out = ["| transport | calls | turns | answered | v2v p50 ms | v2v p95 ms | dropped | not closed | RSS MB | fds "
            "| threads | loop lag p99 ms |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        out.append(f"| {r['transport']} | {r['calls']} | {r['turns']} | {r['answered']} | {r['p50']:.0f} | {r['p95']:.0f} | "
-                   f"{r['dropped']} | {r['not_closed']} | {r['rss_mb']} | {r['fds']} | {r['threads']} | "
-                   f"{r['lag_p99']} |")
+        out.append(f"| {r['transport']} | {r['calls']} | {r['turns']} | {r['answered']} | {r['p50']:.0f} | "
+                   f"{r['p95']:.0f} | {r['dropped']} | {r['not_closed']} | {r['rss_mb']} | {r['fds']} | "
+                   f"{r['threads']} | {r['lag_p99']} |")
     return "\n".join(out)
 
 
@@ -303,9 +312,7 @@ def main(argv=None) -> None:
     from speech.tts import Synthesizer
 
     tts = Synthesizer()
-    questions = {"twilio": [speak_8k(tts, q) for q in QUESTIONS]}
-    for transport, rate in (("webrtc", RTC_RATE_HZ), ("realtime", REALTIME_RATE_HZ)):
-        questions[transport] = [resample(tts.synthesize(q), tts.sample_rate_hz, rate) for q in QUESTIONS]
+    questions = {transport: spoken_questions(tts, transport) for transport in transports}
     with tempfile.TemporaryDirectory() as workdir:
         server, url = start_server(args, workdir) if args.url is None else (None, args.url.rstrip("/"))
         try:

@@ -210,8 +210,7 @@ class Session(Drafting):
         self.turns.append(trace)
         draft, self._draft = self._draft, None
         if draft is not None and draft.p_complete is not None and draft.p_complete.done():
-            trace.p_complete = draft.p_complete.result()
-            trace.end_of_turn = "vad" if trace.p_complete is None else "lm"
+            trace.p_complete = draft.p_complete.result()   # the judgement this turn ended by
         if draft is not None and draft.audio_samples != len(event.audio):
             draft.cancel.set()   # computed on other audio
             draft = None

@@ -13,6 +13,15 @@ log = logging.getLogger(__name__)
 CLOSE_NORMAL, CLOSE_ERROR = 1000, 1011
 
 
+def no_room(state) -> tuple[str, str] | None:
+    """Why the server (its app.state) cannot take a new call now, as (kind, reason); None when it can."""
+    if state.services is None or not state.services.ready:
+        return "not_ready", "models still loading; try again shortly"
+    if len(state.calls) >= state.settings.max_sessions:
+        return "busy", f"busy: all {state.settings.max_sessions} sessions are in use"
+    return None
+
+
 async def refuse_handshake(websocket: WebSocket, status: int, reason: str) -> None:
     """Answer the WebSocket handshake with an HTTP status and its reason; nothing is allocated for the call."""
     try:

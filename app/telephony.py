@@ -27,7 +27,7 @@ from app import twilio
 from app.auth import TOKEN_PARAMETER, token_matches
 from app.playback import PacingClock
 from app.request_body import read_limited
-from app.socket_call import SocketCall, refuse_handshake
+from app.socket_call import SocketCall, no_room, refuse_handshake
 from app.twilio import TWILIO_FRAME_MS, TWILIO_FRAME_SAMPLES, TWILIO_RATE_HZ, ProtocolError, StreamStart
 from speech.audio import SAMPLE_RATE_HZ, mulaw_to_pcm, pcm_to_mulaw
 
@@ -94,11 +94,10 @@ async def twilio_voice(request: Request) -> Response:
     host = settings.public_host or request.headers.get("host")
     if not host:
         return _refuse(request.app, 400, "no public host: set PARLEY_PUBLIC_HOST (or send a Host header)")
-    state = request.app.state
-    if state.services is None or not state.services.ready or len(state.calls) >= settings.max_sessions:
+    if (refused := no_room(request.app.state)) is not None:
         # no session for this call now: the caller hears why (Twilio says it), not a stream refused in silence
-        _count_refusal(request.app, "busy")
-        log.info("twilio call refused: %s", "busy" if state.services and state.services.ready else "not ready")
+        _count_refusal(request.app, refused[0])
+        log.info("twilio call refused: %s", refused[1])
         return Response(twilio.busy_twiml(settings.busy_message), media_type="text/xml")
     # with PARLEY_AUTH_TOKEN, the stream carries it as a <Parameter> (Twilio takes no query string there)
     parameters = {TOKEN_PARAMETER: settings.auth_token} if settings.auth_token else None
@@ -142,11 +141,8 @@ async def twilio_stream(websocket: WebSocket) -> None:
     elif not stats.warned_unsigned:
         stats.warned_unsigned = True
         log.warning("Twilio streams are not authenticated: set PARLEY_TWILIO_AUTH_TOKEN so only Twilio can call in")
-    if state.services is None or not state.services.ready:
-        await _deny(websocket, 503, "not_ready", "models still loading; try again shortly")
-        return
-    if len(state.calls) >= settings.max_sessions:
-        await _deny(websocket, 503, "busy", f"busy: all {settings.max_sessions} sessions are in use")
+    if (refused := no_room(state)) is not None:
+        await _deny(websocket, 503, *refused)
         return
     # a token not shown at the handshake (app.auth.TokenGuard) must come in the start message
     token = settings.auth_token if settings.auth_token and not getattr(websocket.state, "authenticated", False) else None

@@ -20,8 +20,7 @@ class TurnTrace:
     reply: str = ""
     heard: str = ""                                # what the user heard before a barge-in
     drafted: bool = False                          # the reply started from work done during the silence
-    end_of_turn: str = "vad"                       # what ended the turn: "vad" (a fixed silence) or "lm"
-    p_complete: float | None = None                # the language model's P(the turn was complete), when asked
+    p_complete: float | None = None                # the language model's P(the turn was complete), when it judged
     first_chunk_id: int | None = None
     llm_passes: int = 0
     llm_tokens: int = 0
@@ -44,7 +43,7 @@ class TurnTrace:
             after_endpoint_ms = (self.marks["first_audio_out"] - self.start_s) * 1000
             out["e2e_latency_ms"] = round(self.end_of_turn_delay_ms + after_endpoint_ms, 1)
         out.update(llm_ms=round(self.llm_ms, 1), llm_passes=self.llm_passes, llm_tokens=self.llm_tokens,
-                   drafted=self.drafted, end_of_turn=self.end_of_turn)
+                   drafted=self.drafted, end_of_turn="vad" if self.p_complete is None else "lm")
         if self.p_complete is not None:
             out["p_complete"] = round(self.p_complete, 4)
         return out

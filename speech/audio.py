@@ -79,11 +79,7 @@ def mulaw_to_pcm(data: bytes) -> np.ndarray:
 
 def pcm_to_mulaw(samples: np.ndarray) -> bytes:
     """int16 samples -> G.711 mu-law bytes (one per sample)."""
-    samples = np.asarray(samples)
-    _check_1d(samples, "pcm_to_mulaw")
-    if samples.dtype != np.int16:
-        raise ValueError(f"pcm_to_mulaw expects int16 samples, got {samples.dtype}")
-    return audioop.lin2ulaw(samples.astype("<i2").tobytes(), 2)
+    return audioop.lin2ulaw(_int16_bytes(samples, "pcm_to_mulaw"), 2)
 
 
 def alaw_to_pcm(data: bytes) -> np.ndarray:
@@ -93,11 +89,16 @@ def alaw_to_pcm(data: bytes) -> np.ndarray:
 
 def pcm_to_alaw(samples: np.ndarray) -> bytes:
     """int16 samples -> G.711 A-law bytes (one per sample)."""
+    return audioop.lin2alaw(_int16_bytes(samples, "pcm_to_alaw"), 2)
+
+
+def _int16_bytes(samples: np.ndarray, name: str) -> bytes:
+    """1-D int16 samples as little-endian bytes, for the G.711 encoders."""
     samples = np.asarray(samples)
-    _check_1d(samples, "pcm_to_alaw")
+    _check_1d(samples, name)
     if samples.dtype != np.int16:
-        raise ValueError(f"pcm_to_alaw expects int16 samples, got {samples.dtype}")
-    return audioop.lin2alaw(samples.astype("<i2").tobytes(), 2)
+        raise ValueError(f"{name} expects int16 samples, got {samples.dtype}")
+    return samples.astype("<i2").tobytes()
 
 
 def frames(samples: np.ndarray, frame_samples: int = FRAME_SAMPLES) -> Iterator[np.ndarray]:

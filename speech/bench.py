@@ -177,7 +177,7 @@ def bench_endpoint(llm_model: str = "llm/weights/parley-smollm2") -> None:
           "as on a GPU; cut% = paused turns ended in their pause; split% = complete turns ended early; "
           "ms = CPU per decision (median)")
     policies = {
-        "fixed 600 ms VAD (today)": lambda c: 600,
+        "fixed 600 ms VAD (today)": lambda c: VadConfig().silence_ms,
         "LM (transcript)": lambda c: LM_POLICY.wait_ms(c["lm"]),
         "Smart Turn (audio)": lambda c: SMART_TURN_POLICY.wait_ms(c["smart"]),
         "LM and Smart Turn agree": lambda c: max(LM_POLICY.wait_ms(c["lm"]), SMART_TURN_POLICY.wait_ms(c["smart"])),
@@ -216,18 +216,21 @@ def _endpoint_checks(case, asr, smart, engine, context) -> list[dict]:
                 silence_ms = detector.trailing_silence_ms
         if detector.in_speech and detector.trailing_silence_ms == LM_POLICY.check_ms:
             audio = detector.endpoint_audio()
-            start = time.perf_counter()
-            text = asr.transcribe(audio)
-            asr_ms = (time.perf_counter() - start) * 1000
-            start = time.perf_counter()
-            lm = engine.end_of_turn_probability(context, text) if text.strip() else 0.0
-            lm_ms = (time.perf_counter() - start) * 1000
-            p_smart, smart_ms = smart.timed(audio) if smart is not None else (0.0, 0.0)
+            text, asr_ms = _timed(asr.transcribe, audio)
+            lm, lm_ms = _timed(engine.end_of_turn_probability, context, text) if text.strip() else (0.0, 0.0)
+            p_smart, smart_ms = _timed(smart.probability, audio) if smart is not None else (0.0, 0.0)
             silence_start_ms = detector.time_ms - detector.trailing_silence_ms
             checks.append({"lm": lm, "smart": p_smart, "asr_ms": asr_ms, "lm_ms": lm_ms, "smart_ms": smart_ms,
                            "text": text, "silence_ms": float("inf"), "open": True,
                            "final": silence_start_ms >= case.end_ms - 150})   # (a soft last syllable)
     return checks
+
+
+def _timed(f, *args) -> tuple:
+    """(f(*args), its CPU ms)."""
+    start = time.perf_counter()
+    result = f(*args)
+    return result, (time.perf_counter() - start) * 1000
 
 
 def _endpoint_row(name, cases, checks, wait, cost) -> str:

@@ -1,13 +1,20 @@
-"""Shared by the WebRTC tests: a real server in a thread, the spoken question, and Services with a scripted LLM."""
+"""Shared by the server tests: a real server in a thread (with a scripted LLM, or the embedded brain), and the
+spoken question."""
 import contextlib
 import socket
 import threading
 import time
+from datetime import datetime
 
 import numpy as np
 import uvicorn
 
+from app.agent import agent_options_for
+from app.server import create_app
 from app.services import Services
+from app.settings import SMOLLM2_ADAPTER_DIR, Settings
+from app.store import open_store
+from app.tools import Toolbox, load_profile, system_prompt
 from speech.audio import resample
 from tests.fakes import FakeEngine, FakeToolbox
 
@@ -59,3 +66,17 @@ def serve_in_thread(app, timeout_s: float = 60.0):
         thread.join(timeout=15)
         sock.close()
 
+
+@contextlib.contextmanager
+def serve_brain(brain, asr=None, tts=None):
+    """A live server on the embedded brain (the shipped salon, its clock at a fixed Monday morning) and the given
+    speech models; yields its base URL."""
+    profile = load_profile(None)
+    toolbox = Toolbox(profile, open_store(":memory:"), now=lambda: datetime(2026, 3, 2, 9, 0))
+    services = Services(asr, tts, brain, toolbox, system_prompt(profile, toolbox, brain.chat_style),
+                        agent_options=agent_options_for(SMOLLM2_ADAPTER_DIR), ready=True)
+    try:
+        with serve_in_thread(create_app(Settings(llm_model=str(SMOLLM2_ADAPTER_DIR)), services)) as url:
+            yield url
+    finally:
+        services.shutdown()

@@ -7,10 +7,11 @@ import os
 import numpy as np
 import pytest
 
+from app.commands.converse import talk
 from app.services import Services
-from app.session import Session, SessionOptions
+from app.session import SessionOptions
 from speech import endpoint_set
-from speech.audio import FRAME_MS, FRAME_SAMPLES, SAMPLE_RATE_HZ
+from speech.audio import FRAME_SAMPLES, SAMPLE_RATE_HZ
 from speech.endpoint import EndpointPolicy
 from speech.vad import SpeechEnd, TurnDetector, VadConfig
 from tests.fakes import FakeEngine, FakeToolbox, last_user
@@ -92,36 +93,6 @@ def _services(transcriber, synthesizer, engine) -> Services:
     return Services(transcriber, synthesizer, engine, FakeToolbox(), "Front desk.")
 
 
-async def _talk(services, audio: np.ndarray, options: SessionOptions):
-    """The audio (then 2 s of silence) into a Session, at real-time pace when options.realtime; the reply's audio
-    pulled as it comes. -> (events, session)"""
-    events = []
-
-    async def send_event(event):
-        events.append(event)
-
-    session = Session(services, output_rate_hz=16_000, send_event=send_event, options=options)
-    runner = asyncio.create_task(session.run())
-    pace = FRAME_MS / 1000 if options.realtime else 0
-
-    async def speaker():
-        while True:
-            session.playback.read(FRAME_SAMPLES)
-            await asyncio.sleep(pace or 0.002)
-
-    speaker_task = asyncio.create_task(speaker())
-    stream = np.concatenate([audio, np.zeros(2 * SAMPLE_RATE_HZ, np.int16)])
-    for i in range(0, len(stream), FRAME_SAMPLES):
-        session.push_audio(stream[i:i + FRAME_SAMPLES])
-        await asyncio.sleep(pace)
-    session.end_input()
-    await runner
-    await session.wait_idle()
-    speaker_task.cancel()
-    await session.close()
-    return events, session
-
-
 def _finals(events, kind: str) -> list[str]:
     return [e["text"] for e in events if e["type"] == kind and e.get("final")]
 
@@ -129,8 +100,8 @@ def _finals(events, kind: str) -> list[str]:
 def test_an_unfinished_turn_waits_through_its_pause_and_a_finished_one_ends_at_once(transcriber, synthesizer, speak):
     engine = JudgingEngine(lambda m: f"You said: {last_user(m)}")
     engine.judged = []
-    events, session = asyncio.run(_talk(_services(transcriber, synthesizer, engine), _paused_turn(speak, 900),
-                                        SessionOptions(realtime=False)))
+    events, session, _ = asyncio.run(talk(_services(transcriber, synthesizer, engine), _paused_turn(speak, 900),
+                                          options=SessionOptions(realtime=False)))
     transcripts = _finals(events, "transcript")
     assert len(transcripts) == 1, transcripts                       # one turn: the 900 ms pause did not end it
     assert "haircut" in transcripts[0].lower() and "friday" in transcripts[0].lower()
@@ -146,7 +117,7 @@ def test_a_caller_who_goes_on_after_the_turn_ended_is_answered_once_for_all_of_i
     engine = FakeEngine(lambda m: f"You said: {last_user(m)}", block_delay_s=1.5)   # no reply before they go on
     services = _services(transcriber, synthesizer, engine)
     options = dataclasses.replace(SessionOptions(realtime=True), end_of_turn=None)
-    events, session = asyncio.run(_talk(services, _paused_turn(speak, 900), options))
+    events, session, _ = asyncio.run(talk(services, _paused_turn(speak, 900), realtime=True, options=options))
     transcripts = _finals(events, "transcript")
     assert len(transcripts) == 2 and "friday" not in transcripts[0].lower(), transcripts
     assert "haircut" in transcripts[1].lower() and "friday" in transcripts[1].lower()   # the whole turn, again

@@ -1,18 +1,11 @@
 """The OpenAI-compatible API with OpenAI's own Python client, against a live server on the embedded brain."""
 import json
-from datetime import datetime
 
 import httpx
 import openai
 import pytest
 
-from app.agent import agent_options_for
-from app.server import create_app
-from app.services import Services
-from app.settings import SMOLLM2_ADAPTER_DIR, Settings
-from app.store import open_store
-from app.tools import Toolbox, load_profile, system_prompt
-from tests.rtc_helpers import serve_in_thread
+from tests.rtc_helpers import serve_brain
 
 pytestmark = pytest.mark.slow
 
@@ -23,14 +16,8 @@ WEATHER = {"type": "function", "function": {
 
 @pytest.fixture(scope="module")
 def api(brain):
-    profile = load_profile(None)
-    toolbox = Toolbox(profile, open_store(":memory:"), now=lambda: datetime(2026, 3, 2, 9, 0))
-    services = Services(None, None, brain, toolbox, system_prompt(profile, toolbox, brain.chat_style),
-                        agent_options=agent_options_for(SMOLLM2_ADAPTER_DIR), ready=True)
-    app = create_app(Settings(llm_model=str(SMOLLM2_ADAPTER_DIR)), services)
-    with serve_in_thread(app) as url:
+    with serve_brain(brain) as url:
         yield openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0), url
-    services.shutdown()
 
 
 def test_models_are_the_loaded_model_and_the_front_desk(api):

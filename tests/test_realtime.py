@@ -4,20 +4,13 @@ import asyncio
 import base64
 import json
 import time
-from datetime import datetime
 
 import numpy as np
 import openai
 import pytest
 
-from app.agent import agent_options_for
-from app.server import create_app
-from app.services import Services
-from app.settings import SMOLLM2_ADAPTER_DIR, Settings
-from app.store import open_store
-from app.tools import Toolbox, load_profile, system_prompt
 from speech.audio import mulaw_to_pcm, pcm_to_mulaw, resample
-from tests.rtc_helpers import serve_in_thread
+from tests.rtc_helpers import serve_brain
 
 pytestmark = pytest.mark.slow
 
@@ -28,14 +21,8 @@ TIMEOUT_S = 60
 
 @pytest.fixture(scope="module")
 def server(transcriber, synthesizer, brain):
-    profile = load_profile(None)
-    toolbox = Toolbox(profile, open_store(":memory:"), now=lambda: datetime(2026, 3, 2, 9, 0))
-    services = Services(transcriber, synthesizer, brain, toolbox, system_prompt(profile, toolbox, brain.chat_style),
-                        agent_options=agent_options_for(SMOLLM2_ADAPTER_DIR), ready=True)
-    app = create_app(Settings(llm_model=str(SMOLLM2_ADAPTER_DIR)), services)
-    with serve_in_thread(app) as url:
+    with serve_brain(brain, transcriber, synthesizer) as url:
         yield url
-    services.shutdown()
 
 
 @pytest.fixture(scope="module")

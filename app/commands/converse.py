@@ -54,6 +54,11 @@ def run(args) -> int:
 
 async def converse(services, audio: np.ndarray, realtime: bool = False, options=None) -> dict:
     """Stream 16 kHz audio through a Session as if live; returns the turn's texts, metrics and reply audio."""
+    return summarize(*await talk(services, audio, realtime, options))
+
+
+async def talk(services, audio: np.ndarray, realtime: bool = False, options=None):
+    """converse's conversation itself: -> (its events, the closed Session, the reply's audio chunks)."""
     from app.session import Session, SessionOptions
 
     events: list[dict] = []
@@ -91,7 +96,7 @@ async def converse(services, audio: np.ndarray, realtime: bool = False, options=
     await session.wait_idle()
     speaker.cancel()
     await session.close()
-    return summarize(events, session, reply_audio)
+    return events, session, reply_audio
 
 
 def summarize(events: list[dict], session, reply_audio: list[np.ndarray]) -> dict:

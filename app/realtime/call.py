@@ -17,7 +17,7 @@ from app.realtime.config import RATES, Config, EventError
 from app.realtime.conversation import ClientConversation
 from app.realtime.events import Conversation, new_id
 from app.session import Session
-from app.socket_call import SocketCall, refuse_handshake
+from app.socket_call import SocketCall, no_room, refuse_handshake
 from speech.audio import SAMPLE_RATE_HZ, alaw_to_pcm, mulaw_to_pcm, pcm_to_alaw, pcm_to_mulaw
 
 log = logging.getLogger(__name__)
@@ -38,11 +38,8 @@ async def realtime(websocket: WebSocket) -> None:
         await _deny(websocket, 404, "model", f"The model '{model}' does not exist; this server has '{loaded}' "
                                              f"and '{AGENT_MODEL}'")
         return
-    if state.services is None or not state.services.ready:
-        await _deny(websocket, 503, "not_ready", "models still loading; try again shortly")
-        return
-    if len(state.calls) >= state.settings.max_sessions:
-        await _deny(websocket, 503, "busy", f"busy: all {state.settings.max_sessions} sessions are in use")
+    if (refused := no_room(state)) is not None:
+        await _deny(websocket, 503, *refused)
         return
     call = RealtimeCall(websocket, state.services, model, on_closed=state.calls.discard, metrics=state.metrics)
     state.calls.add(call)
@@ -79,8 +76,7 @@ class RealtimeCall(SocketCall):
         self._buffer: list[np.ndarray] = []               # committed-by-hand audio, 16 kHz (turn_detection null)
         self._speech_item: str | None = None              # the user item the turn detector is hearing
         self._committed_item: str | None = None           # the one it ended last, until its transcript comes
-        self._in = None
-        self._set_formats()
+        self._set_formats()                               # the input's resampler (_in) and the output's rate
 
     async def run(self) -> None:
         await self.websocket.accept()

@@ -1,7 +1,7 @@
 """The loaded model's side of a Realtime conversation whose tools the client runs (`?model=<loaded model>`)."""
 import threading
 
-from app.agent import TurnResult
+from app.agent import TurnResult, retract_last_user_turn
 from app.openai_api import ApiError, ModelJob, _conversation
 from app.realtime.config import Config, client_tools
 
@@ -12,7 +12,6 @@ class ClientConversation:
 
     def __init__(self, services, config: Config, on_call):
         self.services, self.config, self.on_call = services, config, on_call
-        self.engine = services.engine
         self.messages: list[dict] = []
         self._lock = threading.Lock()       # the model's thread and the event loop both touch the history
 
@@ -50,11 +49,7 @@ class ClientConversation:
     def retract_last_turn(self) -> bool:
         """As Agent.retract_last_turn: an unanswered user turn the caller went on from leaves the history."""
         with self._lock:
-            last = max((i for i, m in enumerate(self.messages) if m["role"] == "user"), default=None)
-            if last is None or any(m.get("tool_calls") or m["role"] == "tool" for m in self.messages[last:]):
-                return False
-            del self.messages[last:]
-            return True
+            return retract_last_user_turn(self.messages)
 
     def truncate_last_reply(self, heard_text: str) -> None:
         with self._lock:
