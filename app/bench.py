@@ -16,10 +16,10 @@ import tempfile
 
 import numpy as np
 
-from app.commands.converse import converse
-from app.services import Services
-from app.session import SessionOptions
+from app.pipeline.services import Services
+from app.pipeline.session import SessionOptions
 from app.settings import from_env
+from app.transports.file import converse
 from speech.audio import SAMPLE_RATE_HZ, resample
 
 QUESTIONS = (

@@ -35,7 +35,7 @@ def flush_denormals() -> None:
     training step of the embedded model took 0.68 s fresh and 1.10 s by step 1500 (2 threads; 1.19 and 1.98 s on
     1), and set after torch had started its threads the flag helped only its own thread (1.09 s).
     """
-    import torch
+    import torch  # deferred: the model stack (see app/commands/__init__.py)
 
     torch.set_flush_denormal(True)
 

@@ -24,7 +24,7 @@ class Settings:
     ssl_keyfile: str | None = None
     max_sessions: int = 4                 # concurrent voice sessions; more get 503
     connect_timeout_s: float = 20.0       # a WebRTC offer that never connects is dropped after this
-    # access (app.auth)
+    # access (app.server.auth)
     auth_token: str | None = None         # when set, every route but the page and /healthz wants it
     allowed_origins: str = ""             # comma-separated origins whose pages may POST /offer, besides our own
     offer_rate_per_min: int = 30          # new browser calls a minute from one client address

@@ -95,7 +95,7 @@ def cases(dev: torch.device, dt: torch.dtype) -> list[Case]:
 def time_us(fn: Callable, dev: torch.device, reps: int) -> float:
     """Median time of one call in µs: do_bench (L2 flushed) on a GPU, wall clock on the CPU."""
     if dev.type == "cuda":
-        from triton.testing import do_bench
+        from triton.testing import do_bench  # deferred: Triton's GPU timer, only where there is a GPU
         return do_bench(fn, warmup=25, rep=100, return_mode="median") * 1e3
     fn()
     samples = []
@@ -182,7 +182,7 @@ def main(argv=None) -> None:
     if dev.type == "cpu":
         torch.set_num_threads(1)  # NOTE: 2 OpenMP threads on a shared 2-core box stalled compiled refs 12-16 ms
         if dt == torch.bfloat16:
-            dt = torch.float32  # the interpreter's bf16 tl.dot is wrong (see tests/test_kernels.py)
+            dt = torch.float32  # the interpreter's bf16 tl.dot is wrong (see tests/unit/test_kernels.py)
     torch.manual_seed(0)
     print(f"# {_hardware(dev)}, torch {torch.__version__}, {dt}; medians; "
           f"torch copy baseline {copy_gbps(dev, args.reps):.0f} GB/s")

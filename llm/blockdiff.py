@@ -10,7 +10,7 @@ Drafter, guessed tokens (prompt lookup) take the masks' place and are verified: 
 
 Attention is causal everywhere, inside the block too. NOTE: with bidirectional attention inside the block (SDAR,
 Fast-dLLM v2), a committed token's row also sees the masks after it, so even one commit per pass differed from
-the base model's greedy text (tests/test_blockdiff.py); and since commits are a prefix, the masks after a row
+the base model's greedy text (tests/unit/test_blockdiff.py); and since commits are a prefix, the masks after a row
 carry nothing but their positions. Causal, a committed row is exactly the base model's, and a mask row is a
 placeholder from which the adapter learns to predict one more token ahead.
 
@@ -26,15 +26,15 @@ import torch
 import torch.nn.functional as F
 
 import kernels
-from llm.generate import Decoded, SpecialIds
+from llm.generate import Decoded, DecodeOptions, SpecialIds
 from llm.model import KVCache, Transformer
 
 
 @dataclass(frozen=True)
 class BlockOptions:
-    max_new_tokens: int = 96
+    max_new_tokens: int = DecodeOptions.max_new_tokens
     block_length: int = 4         # positions filled in parallel (4: close to the pretrained left-to-right behaviour)
-    threshold: float = 0.9        # commit the next masked position while its confidence is at least this
+    threshold: float = DecodeOptions.threshold  # commit the next masked position while it is at least this confident
     stop_at_eos: bool = True      # False: always write max_new_tokens (benchmarks)
     draft_length: int = 0         # with a drafter: up to this many guessed tokens a pass, verified exactly
 
@@ -52,7 +52,7 @@ class Drafter(Protocol):
 
 
 class Matcher(Protocol):
-    """A grammar's state over one reply (app.schema_grammar.ReplyMatcher)."""
+    """A grammar's state over one reply (app.agent.schema_grammar.ReplyMatcher)."""
     def allowed(self) -> torch.Tensor: ...
     def accept(self, token: int) -> bool: ...
 

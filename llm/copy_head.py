@@ -42,7 +42,7 @@ class CopyHead(nn.Module):
     copy (after "Colin" the pointer sits on the space before "calling": copying it or closing the quote depends on
     the next word); and the choice of twin also reads the token the pointer is on (a bare "2:30" is the afternoon,
     a bare "9:30" the morning). NOTE: on a toy of names among other words it copies 86% of the name tokens and
-    closes every quote, against 57% and 78% without it (tests/test_copy_head.py); the embedded model trained with
+    closes every quote, against 57% and 78% without it (tests/integration/test_copy_head.py); the embedded model trained with
     it wrote names that ran on into the comma after them, so `parley train` leaves it off (app/commands/train.py).
     NOTE: without a copy head the embedded model never learned to copy: teacher-forced on held-out tool calls the
     caller's name was 3-10% right (the JSON around it 98%), after 3000 steps and with a synthetic copy task; with

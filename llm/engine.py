@@ -13,6 +13,7 @@ from llm.blockdiff import BlockOptions, Matcher, PrefixCache, block_reply, next_
 from llm.drafter import Drafter
 from llm.generate import DecodeOptions, ModelDenoiser, SpecialIds, TokenFilter, denoise_reply, left_reply
 from llm.model import Transformer
+from llm.reader import dense, read_prompt
 
 
 @dataclass
@@ -129,14 +130,12 @@ class Engine:
         """prompt_ids(messages), and for a model with a reader what it makes of the caller's words (T, reader_dim)."""
         if self.reader is None:
             return self.prompt_ids(messages), None
-        from llm.reader import dense, read_prompt
-
         encoding = self._encode(messages)
         read = dense(read_prompt(self.reader, messages, encoding.offsets), len(encoding.ids))
         return encoding.ids, read.to(self.device)
 
-    def generate(self, messages: list[dict], *, max_new_tokens: int = 128, block_length: int = 32,
-                 threshold: float = 0.9, steps: int | None = None, temperature: float = 0.0,
+    def generate(self, messages: list[dict], *, max_new_tokens: int = DecodeOptions.max_new_tokens,
+                 block_length: int = DecodeOptions.block_length, threshold: float = DecodeOptions.threshold, steps: int | None = None, temperature: float = 0.0,
                  on_block: Callable[[str], None] | None = None, cancel: threading.Event | None = None,
                  use_cache: bool | str = True, seed: int | None = None, stop_at_eos: bool = True,
                  allows: TokenFilter | None = None, matcher: Matcher | None = None,
@@ -145,10 +144,10 @@ class Engine:
 
         use_cache: True/"prefix" (Fast-dLLM prefix cache), "dual" (prefix and suffix), False/"none", or "left"
         (greedy, left to right, exact for left-context-trained models; see llm.generate.left_reply).
-        allows: a grammar for the reply (app.tool_grammar), with use_cache="left" only: a token is committed left
+        allows: a grammar for the reply (app.agent.tool_grammar), with use_cache="left" only: a token is committed left
         to right, so the text before it is settled when the grammar judges it.
         use_cache="block": block diffusion on a left-to-right model with an exact, reused KV cache
-        (llm.blockdiff); matcher: the reply grammar's state (app.schema_grammar), which judges every commit;
+        (llm.blockdiff); matcher: the reply grammar's state (app.agent.schema_grammar), which judges every commit;
         draft_length: up to this many tokens a pass guessed by the engine's drafter (prompt lookup) and verified,
         which changes the passes, not the reply.
         """

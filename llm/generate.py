@@ -25,8 +25,11 @@ class SpecialIds:
 
 @dataclass(frozen=True)
 class DecodeOptions:
-    max_new_tokens: int = 128
-    block_length: int = 32
+    """How a reply is decoded. These defaults are the project's one set (BlockOptions, app.agent.options.AgentOptions,
+    llm.bench.BenchOptions, Engine.generate and `parley llm` start from them); a checkpoint's generation_config.json
+    overrides them for the agent."""
+    max_new_tokens: int = 96      # a spoken reply is short; a tool call fits in the same budget
+    block_length: int = 32        # tokens per semi-autoregressive block (each block is streamed when settled)
     threshold: float = 0.9        # commit every masked token at least this confident (and the best one)
     steps: int | None = None      # instead: passes per block, each committing ~block_length/steps tokens
     temperature: float = 0.0      # > 0: Gumbel noise on the choice (LLaDA); confidence is still softmax prob
@@ -64,7 +67,7 @@ class Decoded:
     stopped: str        # "eos", "length" or "cancelled"
 
 
-# A grammar for left_reply: allows(reply ids so far, token) -> may token come next (app.tool_grammar).
+# A grammar for left_reply: allows(reply ids so far, token) -> may token come next (app.agent.tool_grammar).
 TokenFilter = Callable[[list[int], int], bool]
 
 

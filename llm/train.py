@@ -16,6 +16,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from tqdm import tqdm
 
 from llm.model import ModelArgs, Transformer
+from llm.reader import dense
 
 
 @dataclass(frozen=True)
@@ -81,8 +82,6 @@ class Example:
 def read_batch(batch: list[Example], length: int) -> torch.Tensor | None:
     """The examples' reader features laid out over their prompts (B, length, reader_dim), prompts at position 0
     (as collate and left_context_batch put them); None when no example has any."""
-    from llm.reader import dense
-
     chunks = [c for e in batch for c in e.read]
     if not chunks:
         return None

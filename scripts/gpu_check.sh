@@ -14,7 +14,7 @@ assert torch.cuda.is_available(), f"torch {torch.__version__} sees no CUDA GPU"
 print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}")
 PY
 "$PYTHON" -m pytest -q -p no:cacheprovider \
-    tests/test_kernels_cuda.py tests/test_kernels.py tests/test_kernels_dispatch.py
+    tests/gpu/test_kernels_cuda.py tests/unit/test_kernels.py tests/unit/test_kernels_dispatch.py
 date -u +"%Y-%m-%d %H:%M UTC"
 "$PYTHON" -m kernels.bench "$@"
 # the embedded brain (SmolLM2 + Parley's adapter) on the GPU: block diffusion against autoregressive decoding

@@ -5,7 +5,12 @@ import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import ctranslate2
 import numpy as np
+from faster_whisper import WhisperModel
+from faster_whisper.feature_extractor import FeatureExtractor
+from faster_whisper.tokenizer import Tokenizer
+from faster_whisper.transcribe import get_ctranslate2_storage
 
 from speech.audio import SAMPLE_RATE_HZ, int16_to_float
 
@@ -58,9 +63,6 @@ class Transcriber:
     """A loaded Whisper model: int16 16 kHz utterance in, text out."""
 
     def __init__(self, options: AsrOptions = AsrOptions()):
-        from faster_whisper import WhisperModel
-        from faster_whisper.tokenizer import Tokenizer
-
         self.options = options
         model_dir = Path(options.model_dir or DEFAULT_MODEL_DIR)
         missing = [name for name in _MODEL_FILES if not (model_dir / name).is_file()]
@@ -102,8 +104,6 @@ class Transcriber:
 
     def _transcribe_window(self, x: np.ndarray, duration_s: float) -> str | None:
         """Greedy decode over a window_s window; None when the result looks degenerate."""
-        from faster_whisper.transcribe import get_ctranslate2_storage
-
         window_frames = 2 * int(self.options.window_s * 50)  # 10 ms mel frames, even: the encoder halves them
         padded = np.zeros(window_frames * 160, dtype=np.float32)  # zero padding, as Whisper pads to 30 s
         padded[:x.size] = x
@@ -150,8 +150,6 @@ class Transcriber:
 
 def _check_device(options: AsrOptions) -> None:
     """ValueError unless the device exists and supports the compute type."""
-    import ctranslate2
-
     if options.device == "auto":
         return
     if options.device == "cuda" and ctranslate2.get_cuda_device_count() == 0:
@@ -165,3 +163,12 @@ def _check_device(options: AsrOptions) -> None:
 def _compression_ratio(text: str) -> float:
     data = text.encode("utf-8")
     return len(data) / len(zlib.compress(data)) if data else 0.0
+
+
+def silence_encoding(model_dir: str | None = None) -> np.ndarray:
+    """Whisper's encoder output for 30 s of silence, (1500, width): what its decoder's cross-attention reads when
+    it reads text without audio (llm.reader)."""
+    features = FeatureExtractor()(np.zeros(SAMPLE_RATE_HZ * 30, dtype=np.float32))[:, :3000]
+    encoder = ctranslate2.models.Whisper(str(model_dir or DEFAULT_MODEL_DIR), device="cpu", compute_type="float32")
+    out = encoder.encode(ctranslate2.StorageView.from_array(np.ascontiguousarray(features[None])))
+    return np.array(out)[0].astype(np.float32)

@@ -12,9 +12,9 @@ import time
 
 import numpy as np
 
+from speech import endpoint_set
 from speech.asr import AsrOptions, Transcriber
 from speech.audio import SAMPLE_RATE_HZ, frames, resample
-from speech import endpoint_set
 from speech.endpoint import EndpointPolicy, SmartTurn
 from speech.endpoint_set import add_noise, trimmed
 from speech.tts import Synthesizer
@@ -152,7 +152,7 @@ SMART_TURN_POLICY = EndpointPolicy(complete_at=0.5, unfinished_below=0.1)
 
 
 def bench_endpoint(llm_model: str = "llm/weights/parley-smollm2") -> None:
-    # The LM's signal needs the LM: loaded here only, so speech/ itself never imports llm.
+    # deferred: the LM's signal needs the LM, loaded by this command only; speech/ itself never imports llm
     import torch
 
     import llm
@@ -234,7 +234,7 @@ def _timed(f, *args) -> tuple:
 
 
 def _endpoint_row(name, cases, checks, wait, cost) -> str:
-    """A policy over the set. As in app.session: a judgement is known check_ms + its CPU time into a silence;
+    """A policy over the set. As in app.pipeline.session: a judgement is known check_ms + its CPU time into a silence;
     until then the turn holds, so a silence ends the turn at max(the wait chosen, that time), if it lasts."""
     def end(c) -> float:
         return max(wait(c), LM_POLICY.check_ms + cost(c))

@@ -9,12 +9,13 @@ from datetime import datetime
 import numpy as np
 import uvicorn
 
-from app.agent import agent_options_for
-from app.server import create_app
-from app.services import Services
+from app.agent.options import agent_options_for
+from app.agent.profile import load_profile
+from app.agent.store import open_store
+from app.agent.tools import Toolbox, system_prompt
+from app.pipeline.services import Services
+from app.server.app import create_app
 from app.settings import SMOLLM2_ADAPTER_DIR, Settings
-from app.store import open_store
-from app.tools import Toolbox, load_profile, system_prompt
 from speech.audio import resample
 from tests.fakes import FakeEngine, FakeToolbox
 

@@ -9,10 +9,10 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from app.dialogues import Style, generate, token_examples
-from app.profile import load_profile
+from app.agent.profile import load_profile
+from app.agent.tools import SCHEMAS, compact_prompt
 from app.settings import SMOLLM2_ADAPTER_DIR
-from app.tools import SCHEMAS, compact_prompt
+from app.training.dialogues import Style, generate, token_examples
 from llm import chat
 from llm.adapt import AdaptOptions, adapt, load_adapter, save_adapter
 from llm.gguf import build_model, read_gguf, smollm2_path
@@ -24,14 +24,14 @@ STYLE = "smollm"
 # How the dialogues are written: more phrasings, questions for missing details after the call that lacked them
 # (as app.agent runs the brain), and often more than one request a call (long calls must not repeat old turns).
 DIALOGUES = Style(variants=True, ask_by_call=True, more_requests=0.4)
-# How the agent decodes the adapted model (generation_config.json, read by app.agent.agent_options_for): one token
-# a pass at threshold 1.0 is the base's greedy decoding; at 0.9 the mask rows committed wrong words (docs/SMOLLM2_BRAIN.md).
+# How the agent decodes the adapted model (generation_config.json, read by app.agent.options.agent_options_for): one token
+# a pass at threshold 1.0 is the base's greedy decoding; at 0.9 the mask rows committed wrong words (docs/MODELS.md).
 # Up to 8 tokens a pass guessed by prompt lookup are verified instead: the same reply in fewer passes.
 DECODING = {"max_new_tokens": 96, "block_length": 1, "threshold": 1.0, "cache": "block", "max_history_turns": 0,
             "draft_length": 8}
 # The weights on a CPU (config.json, read by llm.adapt.load_adapted). fp32: with int8 weights (llm.quant) the
 # development set's turns took 1.7 s instead of 2.8 s (median) but 56.1% of them were right instead of 61.7%
-# (docs/SMOLLM2_BRAIN.md); "int8" here, or `--dtype int8` where a command has it, makes that trade.
+# (docs/MODELS.md); "int8" here, or `--dtype int8` where a command has it, makes that trade.
 CPU_WEIGHTS = "float32"
 
 

@@ -2,7 +2,6 @@
 import json
 import sys
 
-from app.agent import agent_options_for
 from app.commands.common import add_model_flags, settings_from
 
 
@@ -17,14 +16,9 @@ def register(subparsers) -> None:
 
 def open_agent(settings):
     """The engine, business tools and agent named by the settings."""
-    import llm
-    from app.agent import Agent
-    from app.tools import Toolbox, load_profile, open_store, system_prompt
+    from app.pipeline.services import Services  # deferred: the model stack (see app/commands/__init__.py)
 
-    profile = load_profile(settings.profile)
-    engine = llm.load(settings.llm_model, device=settings.llm_device)
-    toolbox = Toolbox(profile, open_store(settings.db_path))
-    return Agent(engine, toolbox, system_prompt(profile, toolbox, engine.chat_style), agent_options_for(settings.llm_model))
+    return Services.load(settings, speech=False).new_agent()
 
 
 def turn_record(user: str, turn) -> dict:

@@ -38,7 +38,7 @@ def check(settings: Settings) -> None:
     """The settings' mistakes that cost nothing to find, found before seconds of model loading: the device, and
     the business profile (read and parsed). Raises UsageError."""
     check_device(settings.llm_device)
-    from app.profile import load_profile
+    from app.agent.profile import load_profile
 
     try:
         load_profile(settings.profile)
@@ -65,7 +65,7 @@ def check_device(device: str | None) -> None:
 
 def load_services(args: argparse.Namespace, prog: str):
     """The models named by the flags, warmed up; None (after one line on stderr) when a path is wrong."""
-    from app.services import Services
+    from app.pipeline.services import Services
 
     try:
         services = Services.load(settings_from(args))

@@ -4,10 +4,9 @@ import json
 import sys
 from pathlib import Path
 
-import numpy as np
-
 from app.commands.common import add_model_flags, load_services
-from speech.audio import FRAME_MS, FRAME_SAMPLES, SAMPLE_RATE_HZ, AudioFormatError, read_wav, write_wav
+from app.transports.file import converse
+from speech.audio import AudioFormatError, read_wav, write_wav
 
 
 def register(subparsers) -> None:
@@ -50,65 +49,3 @@ def run(args) -> int:
         print(f"parley converse: no speech was heard in {args.input}", file=sys.stderr)
         return 1
     return 0
-
-
-async def converse(services, audio: np.ndarray, realtime: bool = False, options=None) -> dict:
-    """Stream 16 kHz audio through a Session as if live; returns the turn's texts, metrics and reply audio."""
-    return summarize(*await talk(services, audio, realtime, options))
-
-
-async def talk(services, audio: np.ndarray, realtime: bool = False, options=None):
-    """converse's conversation itself: -> (its events, the closed Session, the reply's audio chunks)."""
-    from app.session import Session, SessionOptions
-
-    events: list[dict] = []
-
-    async def send_event(event: dict) -> None:
-        events.append(event)
-
-    rate = services.tts.sample_rate_hz
-    session = Session(services, output_rate_hz=rate, send_event=send_event,
-                      options=options or SessionOptions(realtime=realtime))
-    runner = asyncio.create_task(session.run())
-    reply_audio: list[np.ndarray] = []
-    frame_out = rate * FRAME_MS // 1000
-
-    async def drain() -> None:
-        # the file "speaker": pulls speech as it is queued, at real time or as fast as possible
-        while True:
-            if session.playback.busy:
-                reply_audio.append(session.playback.read(frame_out))
-                await asyncio.sleep(FRAME_MS / 1000 if realtime else 0)
-            else:
-                await asyncio.sleep(0.002)
-
-    speaker = asyncio.create_task(drain())
-    # trailing silence so the turn detector can hear the end of the last utterance, however long it waits
-    policy = session.options.end_of_turn
-    wait_ms = max(services.vad_config.silence_ms, policy.max_silence_ms if policy is not None else 0)
-    tail = np.zeros(SAMPLE_RATE_HZ * (wait_ms + 500) // 1000, dtype=np.int16)
-    stream = np.concatenate([audio, tail])
-    for start in range(0, len(stream), FRAME_SAMPLES):
-        session.push_audio(stream[start:start + FRAME_SAMPLES])
-        await asyncio.sleep(FRAME_MS / 1000 if realtime else 0)
-    session.end_input()
-    await runner
-    await session.wait_idle()
-    speaker.cancel()
-    await session.close()
-    return events, session, reply_audio
-
-
-def summarize(events: list[dict], session, reply_audio: list[np.ndarray]) -> dict:
-    finals = [e["text"] for e in events if e["type"] == "transcript" and e["final"]]
-    replies = [e["text"] for e in events if e["type"] == "reply" and e["final"]]
-    turns = [t.metrics() for t in session.turns if t.transcript]
-    return {
-        "transcript": " ".join(finals),
-        "reply": " ".join(replies),
-        "tool_calls": [{k: e[k] for k in ("name", "arguments", "result")} for e in events if e["type"] == "tool"],
-        "metrics": turns[0] if turns else {},
-        "turns": turns,
-        "errors": [e["message"] for e in events if e["type"] == "error"],
-        "audio": np.concatenate(reply_audio) if reply_audio else np.zeros(0, dtype=np.int16),
-    }

@@ -16,7 +16,7 @@ def register(subparsers) -> None:
     p.add_argument("--cache", choices=("prefix", "dual", "none", "left"),
                    help="override the sampler's KV cache mode of the checkpoint")
     p.add_argument("--free-calls", action="store_true",
-                   help="decode tool calls without the tools' grammar (app.tool_grammar), to measure what it does")
+                   help="decode tool calls without the tools' grammar (app.agent.tool_grammar), to measure what it does")
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     p.add_argument("--show-misses", action="store_true", help="print a few failed turns per metric")
     add_model_flags(p)
@@ -28,9 +28,9 @@ def run(args) -> int:
     from tqdm import tqdm
 
     import llm
-    from app.agent import agent_options_for
-    from app.evaluate import evaluate
-    from app.profile import load_profile
+    from app.agent.options import agent_options_for
+    from app.agent.profile import load_profile
+    from app.training.evaluate import evaluate
 
     torch.set_num_threads(args.threads)
     settings = settings_from(args)

@@ -1,8 +1,8 @@
 """`parley llm generate` and `parley llm bench`: the diffusion LM on its own, from a checkpoint directory."""
 import argparse
 import json
-from dataclasses import asdict
 import sys
+from dataclasses import asdict
 from pathlib import Path
 
 
@@ -15,9 +15,9 @@ def _add_model_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=int, help="torch CPU threads (1 is fastest for small models on busy CPUs)")
     p.add_argument("--system", default=None, help="system prompt")
     p.add_argument("--prompt", default="Hi! What time do you open tomorrow?", help="the user's message")
-    p.add_argument("--max-new-tokens", type=int, default=96)
+    p.add_argument("--max-new-tokens", type=int, help="default: llm.generate.DecodeOptions's (96)")
     p.add_argument("--block-length", type=int, help="default: 4 for a left-to-right base (block diffusion), else 32")
-    p.add_argument("--threshold", type=float, default=0.9, help="commit tokens at least this confident")
+    p.add_argument("--threshold", type=float, help="commit tokens at least this confident (default 0.9)")
 
 
 def register(subparsers) -> None:
@@ -67,8 +67,15 @@ def _load(args):
         return None
 
 
-def _block_length(args, engine) -> int:
-    return args.block_length or (4 if engine.left_to_right else 32)
+def _decoding(args, engine) -> dict:
+    """The decoding flags given; the rest are llm.generate.DecodeOptions' (BlockOptions' block for a left-to-right
+    base, which decodes by block diffusion)."""
+    from llm.blockdiff import BlockOptions  # deferred: the model stack (see app/commands/__init__.py)
+    from llm.generate import DecodeOptions
+
+    given = {"max_new_tokens": args.max_new_tokens, "threshold": args.threshold}
+    block = BlockOptions.block_length if engine.left_to_right else DecodeOptions.block_length
+    return {k: v for k, v in given.items() if v is not None} | {"block_length": args.block_length or block}
 
 
 def run_generate(args) -> int:
@@ -78,9 +85,7 @@ def run_generate(args) -> int:
     cache = args.cache or ("block" if engine.left_to_right else "prefix")
     extra = {} if cache == "block" else dict(steps=args.steps, temperature=args.temperature, seed=args.seed)
     try:
-        gen = engine.generate(_messages(args), max_new_tokens=args.max_new_tokens,
-                              block_length=_block_length(args, engine), threshold=args.threshold, use_cache=cache,
-                              **extra,
+        gen = engine.generate(_messages(args), **_decoding(args, engine), use_cache=cache, **extra,
                               on_block=lambda text: print(text, end="", flush=True))
     except ValueError as exc:
         print(f"parley llm: {exc}", file=sys.stderr)
@@ -95,13 +100,13 @@ def run_generate(args) -> int:
 def run_bench(args) -> int:
     import torch
 
-    from llm.bench import BenchOptions, format_table, run_bench as bench
+    from llm.bench import BenchOptions, format_table
+    from llm.bench import run_bench as bench
 
     engine = _load(args)
     if engine is None:
         return 2
-    opts = BenchOptions(max_new_tokens=args.max_new_tokens, block_length=_block_length(args, engine),
-                        threshold=args.threshold, steps=args.steps, repeats=args.repeats,
+    opts = BenchOptions(**_decoding(args, engine), steps=args.steps, repeats=args.repeats,
                         stop_at_eos=not args.ignore_eos)
     try:
         rows = bench(engine, _messages(args), opts)

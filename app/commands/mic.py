@@ -22,7 +22,7 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from app.mic import MicError, MicOptions, list_devices, parse_device, plan_devices
+    from app.transports.mic import MicError, MicOptions, list_devices, parse_device, plan_devices
 
     try:
         if args.list_devices:
@@ -44,7 +44,7 @@ def run(args) -> int:
 
 def talk(services, options) -> int:
     """Converse on the sound devices until Ctrl-C or the agent hangs up; the exit status."""
-    from app.mic import MicCall, MicError
+    from app.transports.mic import MicCall, MicError
 
     try:
         asyncio.run(MicCall(services, options).run())

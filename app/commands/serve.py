@@ -41,8 +41,8 @@ def run(args) -> int:
                     "pass --ssl-certfile and --ssl-keyfile", settings.host)
     import uvicorn
 
-    from app.server import create_app
-    from app.services import Services
+    from app.pipeline.services import Services
+    from app.server.app import create_app
 
     # Loaded here rather than in the app's lifespan so a bad model path is one clear line, not a traceback.
     try:

@@ -1,0 +1,44 @@
+"""How the agent decodes: the options a checkpoint may set (its generation_config.json) and their defaults."""
+import dataclasses
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from llm.generate import DecodeOptions
+
+
+@dataclass(frozen=True)
+class AgentOptions:
+    max_new_tokens: int = DecodeOptions.max_new_tokens
+    block_length: int = DecodeOptions.block_length
+    threshold: float = DecodeOptions.threshold
+    cache: str = DecodeOptions.cache  # the sampler's KV cache (llm.generate.CACHE_MODES); "left" for Parley's model
+    max_tool_rounds: int = 3        # tool calls in one turn before the agent stops asking
+    max_history_turns: int = 8      # user turns kept in the prompt; 0: as many as fit (Agent.prompt)
+    draft_length: int = 0           # cache "block": tokens a pass guessed by prompt lookup and verified (exact)
+    # tool calls decoded under the tools' grammar (app.agent.tool_grammar): with cache "left" and an engine that has a
+    # tokenizer. NOTE: measured with the shipped model in docs/EXPERIMENT_LOG.md
+    tool_grammar: bool = True
+
+    @property
+    def grammar_applies(self) -> bool:
+        """Tool calls are held to the grammar: asked for, and decoded left to right (a grammar needs that)."""
+        return self.tool_grammar and self.cache == "left"
+
+
+DECODE_FIELDS = ("max_new_tokens", "block_length", "threshold", "cache", "max_history_turns", "draft_length")
+
+
+def agent_options_for(model_dir) -> AgentOptions:
+    """AgentOptions with the checkpoint's own decoding preferences (generation_config.json: DECODE_FIELDS)
+    applied; a checkpoint without them gets the defaults."""
+    if Path(model_dir).suffix == ".gguf":  # a left-to-right base read from one file: its greedy decoding, held to
+        # the tools' schemas (llm.blockdiff with one token a pass), and as much of the call as fits
+        return dataclasses.replace(AgentOptions(), cache="block", block_length=1, threshold=1.0, max_history_turns=0,
+                                   draft_length=8)
+    path = Path(model_dir) / "generation_config.json"
+    try:
+        prefs = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}: not valid JSON ({exc})") from None
+    return dataclasses.replace(AgentOptions(), **{k: prefs[k] for k in DECODE_FIELDS if k in prefs})

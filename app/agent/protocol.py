@@ -1,0 +1,78 @@
+"""The tool-call protocol every model speaks: `<tool_call>{"name": ..., "arguments": {...}}</tool_call>` in the
+assistant's text, its result fed back as a `tool` message, and the history operations that respect it."""
+import json
+import re
+from dataclasses import dataclass, field
+
+TOOL_CALL_OPEN, TOOL_CALL_CLOSE = "<tool_call>", "</tool_call>"
+TOOL_CALL_RE = re.compile(f"{TOOL_CALL_OPEN}(.*?){TOOL_CALL_CLOSE}", re.DOTALL)
+
+
+def compact(value) -> str:
+    """JSON without spaces, characters as they are: how calls and results are written into the prompt."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def format_tool_call(name: str, arguments: dict) -> str:
+    """The exact assistant text for one tool call (compact JSON)."""
+    return f"{TOOL_CALL_OPEN}{compact({'name': name, 'arguments': arguments})}{TOOL_CALL_CLOSE}"
+
+
+def tool_message(name: str, result: dict) -> dict:
+    """The exact message that feeds a tool's result back to the model."""
+    return {"role": "tool", "content": compact({"name": name, "result": result})}
+
+
+@dataclass
+class ToolCall:
+    name: str
+    arguments: dict
+    result: dict
+
+
+@dataclass
+class TurnResult:
+    reply: str                      # the spoken text of the turn (tool-call markup excluded)
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    passes: int = 0                 # denoising passes over all generations of the turn
+    tokens: int = 0
+    llm_s: float = 0.0              # seconds spent in the language model
+    cancelled: bool = False
+
+    def count(self, gen) -> None:
+        """Add one generation's cost (llm.engine.Generation)."""
+        self.llm_s += gen.seconds
+        self.passes += gen.passes
+        self.tokens += gen.tokens
+
+
+def parse_tool_calls(text: str) -> tuple[list[tuple[str, dict]], str]:
+    """The (name, arguments) calls in an assistant text, and the text outside them.
+
+    A call whose JSON does not parse, or that never closes, is returned with name "" so the loop can tell the
+    model (and the caller is not left in silence by a reply that was all an unfinished call).
+    """
+    calls = []
+    for body in TOOL_CALL_RE.findall(text):
+        try:
+            payload = json.loads(body)
+            name, arguments = payload["name"], payload.get("arguments", {})
+            if not isinstance(name, str) or not isinstance(arguments, dict):
+                raise TypeError
+        except (ValueError, KeyError, TypeError):
+            name, arguments = "", {"raw": body}
+        calls.append((name, arguments))
+    spoken, opened, unfinished = TOOL_CALL_RE.sub(" ", text).partition(TOOL_CALL_OPEN)  # never spoken after it
+    if opened:
+        calls.append(("", {"raw": unfinished}))
+    return calls, " ".join(spoken.split())
+
+
+def retract_last_user_turn(messages: list[dict]) -> bool:
+    """Delete the last user message and everything after it, unless a tool was called or answered since
+    (returns whether it did)."""
+    last = max((i for i, m in enumerate(messages) if m["role"] == "user"), default=None)
+    if last is None or any(m["role"] == "tool" or m.get("tool_calls") for m in messages[last:]):
+        return False
+    del messages[last:]
+    return True

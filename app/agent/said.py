@@ -1,0 +1,184 @@
+"""One rule for every tool and every business: an argument the schema marks `"x-said": true` must have been said.
+
+A model may fill in a detail nobody gave (a time for a booking the caller never timed). The schema declares which
+arguments must come from the conversation: in the caller's words, the agent's own spoken replies (a time it
+offered and the caller took) or a tool's result. A value nobody said is dropped from the call; a call that then
+lacks a required argument is not run, and the model is told which details are missing, so it asks for them (in
+the order of the schema's `required` list). What "appears"
+means depends only on the value's form, never on a list of words:
+- a clock time "HH:MM" is said when a message holds a time that may mean it ("half past three", "3:30 pm",
+  app.agent.spoken_times);
+- a business's service is said when its name or one of its aliases (the profile's) is in a message;
+- anything else is said when all its words are, accents, case and plural or possessive endings aside ("Sofia
+  Ramirez" for "Sofía Ramírez", "saturday" for "Saturdays").
+"""
+import json
+import re
+import unicodedata
+
+from app.agent.spoken_times import times_in
+
+SAID = "x-said"  # the schema keyword: this argument must have been said in the conversation
+CLOCK_PATTERN = "^[0-2][0-9]:[0-5][0-9]$"  # a schema's "pattern" for a clock time, HH:MM on a 24-hour clock
+_HHMM = re.compile(r"^\d{2}:\d{2}$")
+_SENTENCE_WORDS = re.compile(r"[\w']+")
+_WRITTEN_WORD = re.compile(r"[^\W_]+(?:'[^\W_]+)*")  # letters and digits, with inner apostrophes (O'Brien)
+
+
+def fold(text: str) -> str:
+    """Lowercase, accents dropped: 'Sofía' -> 'sofia'."""
+    text = unicodedata.normalize("NFKD", text.lower())
+    return "".join(c for c in text if not unicodedata.combining(c))
+
+
+def _stem(word: str) -> str:
+    """A word less a plural or possessive ending, so that "Saturdays" says "saturday" and "kid's cut" says "kids
+    cut"; both sides of a comparison are read the same way."""
+    word = word.removesuffix("'s")
+    return word[:-1] if len(word) > 3 and word.endswith("s") and not word.endswith("ss") else word
+
+
+def _words(text: str) -> list[str]:
+    return [_stem(w) for w in _SENTENCE_WORDS.findall(fold(text))]
+
+
+def _has_phrase(words: list[str], phrase: list[str]) -> bool:
+    n = len(phrase)
+    return n > 0 and any(words[i:i + n] == phrase for i in range(len(words) - n + 1))
+
+
+def named_service(profile, text: str):
+    """The profile's service that `text` names: its name or an alias, or else the longest name or alias among
+    its words ("book a haircut" -> haircut, "a kids haircut please" -> kids haircut); None if it names none."""
+    service = profile.service(text)
+    if service is not None:
+        return service
+    words = _words(text)
+    named = [(len(_words(form)), s) for s in profile.services for form in (s.name, *s.aliases)
+             if _has_phrase(words, _words(form))]
+    return max(named, key=lambda n: n[0])[1] if named else None
+
+
+def conversation_text(messages: list[dict]) -> list[str]:
+    """What was said: every message but the system prompt and the agent's tool calls."""
+    return [m["content"] for m in messages
+            if m["role"] in ("user", "tool") or m["role"] == "assistant" and not m["content"].startswith("<")]
+
+
+class Said:
+    """What a conversation's `texts` said, read once: `says(value)` for as many values as a call or a grammar
+    asks about (a long call's grammar asks about every day of every tool, each turn)."""
+
+    def __init__(self, texts: list[str], profile=None):
+        self.texts, self.profile = texts, profile
+        self.words = [_words(text) for text in texts]
+        self.vocabulary = set().union(*self.words) if self.words else set()
+        self._times: set[str] | None = None
+
+    @property
+    def times(self) -> set[str]:
+        """Every "HH:MM" a time in the texts may mean (app.agent.spoken_times)."""
+        if self._times is None:
+            self._times = set().union(*(times_in(text) for text in self.texts))
+        return self._times
+
+    def says(self, value: str) -> bool:
+        """Whether the texts said `value` (see the module's docstring)."""
+        if _HHMM.match(value):
+            return value in self.times
+        service = self.profile.service(value) if self.profile is not None else None
+        if service is not None:
+            return any(_has_phrase(w, _words(form)) for w in self.words for form in (service.name, *service.aliases))
+        wanted = set(_words(value))
+        return bool(wanted) and wanted <= self.vocabulary
+
+
+def is_said(value: str, texts: list[str], profile=None) -> bool:
+    """Whether the conversation's `texts` said `value` (see the module's docstring)."""
+    return Said(texts, profile).says(value)
+
+
+def unsaid(name: str, arguments: dict, schemas: list[dict], messages: list[dict], profile=None) -> list[str]:
+    """The arguments of a call of tool `name` that its schema marks x-said and the conversation never said."""
+    schema = next((s for s in schemas if s["name"] == name), None)
+    if schema is None:
+        return []
+    said = Said(conversation_text(messages), profile)
+    properties = schema["parameters"].get("properties", {})
+    return [key for key, value in arguments.items()
+            if properties.get(key, {}).get(SAID) and isinstance(value, str) and not said.says(value)]
+
+
+def lacking(schema: dict, arguments: dict) -> list[str]:
+    """The required arguments of `schema` that `arguments` lacks (absent or empty), in the order of its `required`
+    list (the order the agent asks for them)."""
+    return [k for k in schema["parameters"].get("required", ()) if arguments.get(k) in (None, "")]
+
+
+def settle(name: str, arguments: dict, schemas: list[dict], messages: list[dict], profile=None) -> tuple[dict, list[str]]:
+    """The call's arguments less every x-said one nobody said, and the required arguments it then lacks, in the
+    order of the schema's `required` list (the order the agent asks for them). A call that lacks none runs ("what
+    are your hours" with a day nobody named is still a question about the hours); one that lacks some is not run:
+    the model is told what is missing (`missing_result`) and asks the caller."""
+    schema = next((s for s in schemas if s["name"] == name), None)
+    if schema is None:
+        return arguments, []
+    unsaid_keys = set(unsaid(name, arguments, schemas, messages, profile))
+    kept = {k: v for k, v in arguments.items() if k not in unsaid_keys}
+    return kept, lacking(schema, kept)
+
+
+def missing_result(missing: list[str]) -> dict:
+    """What a call that lacks required details returns to the model instead of running."""
+    return {"ok": False, "missing": list(missing)}
+
+
+def words_pattern(said: Said) -> str | None:
+    """A pattern (for a schema's "pattern") of the strings made of words the conversation said, as they
+    were written, joined by spaces or hyphens; the words of a profile's service count when the service was said
+    (by its name or an alias: "kids haircut" for "a haircut for my son"). None: nothing said.
+
+    NOTE: with each word also capitalized, the adapter wrote "On Noah" for "This is Noah calling": it had begun a
+    name of its own ("O" for "Owen") and "On" was the allowed word that went on from there."""
+    forms = set(_WRITTEN_WORD.findall(" ".join(said.texts)))
+    for service in getattr(said.profile, "services", ()):
+        if said.says(service.name):
+            forms.update(_WRITTEN_WORD.findall(service.name))
+    if not forms:
+        return None
+    word = "(?:" + "|".join(re.escape(form) for form in sorted(forms)) + ")"
+    return f"^{word}(?:[ -]{word})*$"
+
+
+def held(schemas: list[dict], messages: list[dict], profile=None) -> list[dict]:
+    """The schemas as the reply grammar holds a call to them, for `messages`:
+    - a required x-said argument may be left out: the caller may not have said it yet, and a call that lacks it
+      is answered with what is missing (`settle`), so the model writes the details it has instead of inventing
+      the rest;
+    - an x-said clock time (CLOCK_PATTERN) is one of the times the conversation said, when it said any: the model
+      chooses between readings ("three thirty": 03:30 or 15:30; "3:30 p.m.": 15:30 alone) but never writes a time
+      nobody said;
+    - an x-said enum (a day) is held to the values the conversation said, when it said any;
+    - any other x-said string without a pattern of its own (a name, a service) is made of words the
+      conversation said (`words_pattern`): the model picks the caller's words ("Noah Smith"), never a name of
+      its own ("Owen Smith", which `settle` would drop, leaving the call to ask for the name again)."""
+    said = Said(conversation_text(messages), profile)
+    heard = sorted(said.times)
+    free = words_pattern(said)
+    out = json.loads(json.dumps(schemas))
+    for s in out:
+        params = s["parameters"]
+        properties = params.get("properties", {})
+        if "required" in params:
+            params["required"] = [k for k in params["required"] if not properties.get(k, {}).get(SAID)]
+        for spec in properties.values():
+            if not spec.get(SAID) or spec.get("type") != "string":
+                continue
+            if heard and spec.get("pattern") == CLOCK_PATTERN:
+                del spec["pattern"]
+                spec["enum"] = heard
+            elif "enum" in spec:
+                spec["enum"] = [v for v in spec["enum"] if said.says(v)] or spec["enum"]
+            elif free and "pattern" not in spec:
+                spec["pattern"] = free
+    return out

@@ -1,0 +1,156 @@
+"""Which clock times a transcript may mean: "3:30 p.m." -> 15:30, "three thirty" -> 03:30 or 15:30.
+
+The tools' grammar (app.agent.tool_grammar) holds a tool call's `time` to the times the conversation said, so the
+model chooses between readings of what it heard (morning or afternoon) and never writes a time nobody said.
+This reads times the way Whisper writes them: digits ("3:30 p.m.", "10am", "7:15"), words ("three thirty",
+"one forty-five in the afternoon", "eleven o'clock"), "half past four", "quarter to two", "noon". A time without
+a.m./p.m. or a part of the day ("in the evening") may be either, and both readings are kept.
+"""
+import re
+from datetime import time
+
+_UNITS = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve",
+          "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen"]
+_TENS = {"twenty": 20, "thirty": 30, "forty": 40, "fifty": 50}
+_HOUR_WORDS = {w: i for i, w in enumerate(_UNITS[1:13], start=1)} | {"noon": 12, "midday": 12, "midnight": 0}
+_MORNING = {"am", "morning"}
+_AFTERNOON = {"pm", "afternoon", "evening", "night", "tonight", "noon"}  # "12 noon"
+_OFFSETS = {5, 10, 20, 25}  # "ten past six", "twenty five to four" (besides half and quarter)
+_PAST, _TO = {"past", "after"}, {"to", "till", "before", "of"}
+_NOT_A_TIME_BEFORE = {"the", "that", "this", "which", "first", "second", "last", "later", "earlier", "other",
+                      "another", "no", "any", "each", "every"}
+_MONTHS = {"january", "february", "march", "april", "may", "june", "july", "august", "september", "october",
+           "november", "december"}
+_ORDINAL_ENDS = {"st", "nd", "rd", "th"}
+_WORD = re.compile(r"\d{1,2}:\d{2}|\d+|[a-z]+(?:'[a-z]+)?|[,.?!;]")  # a mark ends a time: "Ten, ten."
+
+
+def _words(text: str) -> list[str]:
+    text = re.sub(r"(?:(?<=\d)|\b)([ap])\.?\s?m\b\.?", r"\1m", text.lower())  # "p.m." "p.m" "p m" -> "pm"
+    # "3.30pm": Whisper's British clock (the spoken "three thirty p.m." of tests/integration/test_agent_model.py), only
+    # before am/pm, so "$3.30" and "2.5" stay numbers
+    text = re.sub(r"\b(\d{1,2})\.(\d{2})(?=\s?[ap]m\b)", r"\1:\2", text)
+    return _WORD.findall(text.replace("-", " "))
+
+
+def _number(words: list[str], i: int, most: int) -> tuple[int, int] | None:
+    """(value, words read) of a number 1..most written in digits or words at words[i] ("forty five": 45)."""
+    if i >= len(words):
+        return None
+    w = words[i]
+    if w.isdigit():
+        value, read = int(w), 1
+    elif w in _TENS:
+        value, read = _TENS[w], 1
+        if i + 1 < len(words) and words[i + 1] in _UNITS[1:10]:
+            value, read = value + _UNITS.index(words[i + 1]), 2
+    elif w in _UNITS[1:]:
+        value, read = _UNITS.index(w), 1
+    else:
+        return None
+    return (value, read) if 1 <= value <= most else None
+
+
+def _hour(words: list[str], i: int) -> tuple[int, int, int] | None:
+    """(hour, minute, words read) of a clock reading at words[i]: "3:30", "three thirty", "ten o'clock", "noon"."""
+    w = words[i]
+    if ":" in w:
+        hour, minute = map(int, w.split(":"))
+        return (hour, minute, 1) if hour <= 23 and minute <= 59 else None
+    if w in ("noon", "midday", "midnight"):
+        return _HOUR_WORDS[w], 0, 1
+    if w.isdigit():
+        hour = int(w)
+        if hour > 23:
+            return None
+    elif w in _HOUR_WORDS:
+        hour = _HOUR_WORDS[w]
+    else:
+        return None
+    nxt = words[i + 1] if i + 1 < len(words) else ""
+    if i and words[i - 1] in _MONTHS or nxt in _ORDINAL_ENDS:
+        return None  # a day of the month: "December 2", "the 3rd"
+    if nxt == "o'clock":
+        return hour, 0, 2
+    after = words[i + 2] if i + 2 < len(words) else ""
+    if w.isdigit() and len(nxt) == 2 and nxt.isdigit() and int(nxt) <= 59 and after in ("am", "pm"):
+        return hour, int(nxt), 2  # Whisper's "3 30 p.m." (only before am/pm: "2 30-minute slots" stays numbers)
+    if nxt == "oh" and not w.isdigit():  # "nine oh five"
+        minute = _number(words, i + 2, 9)
+        if minute:
+            return hour, minute[0], 2 + minute[1]
+    if not w.isdigit() and not nxt.isdigit():  # "three thirty", "one forty five"
+        minute = _number(words, i + 1, 59)
+        if minute and minute[0] >= 10:
+            return hour, minute[0], 1 + minute[1]
+    if not w.isdigit() and (nxt == "of" or i and words[i - 1] in _NOT_A_TIME_BEFORE):
+        return None  # a bare "one" in "the later one", "that one", "one of those": a choice, not a time
+    return hour, 0, 1
+
+
+def _relative(words: list[str], i: int) -> tuple[int, int, int, int] | None:
+    """(hour, minutes, words read, -1 if before the hour else 0) of "half past four", "quarter to two",
+    "ten past six": the hour named, and the minutes past it or, with -1, the minute of the hour before it."""
+    w = words[i]
+    if w == "half":
+        offset, read = 30, 1
+    elif w == "quarter":
+        offset, read = 15, 1
+    else:
+        number = _number(words, i, 25)
+        if number is None or number[0] not in _OFFSETS:
+            return None
+        offset, read = number
+    if i + read + 1 >= len(words) or words[i + read] not in _PAST | _TO:
+        return None
+    before = words[i + read] in _TO
+    if w == "half" and before:
+        return None
+    hour = _hour(words, i + read + 1)
+    if hour is None or hour[1] != 0:
+        return None
+    return hour[0], 60 - offset if before else offset, read + 1 + hour[2], -1 if before else 0
+
+
+def _part_of_day(words: list[str], i: int) -> str | None:
+    """"am" or "pm" when a.m./p.m. or a part of the day ("in the morning", "this evening") follows at words[i]."""
+    for w in words[i:i + 3]:
+        if w in _MORNING:
+            return "am"
+        if w in _AFTERNOON:
+            return "pm"
+        if w not in ("in", "the", "at", "this"):
+            return None
+    return None
+
+
+def times_in(text: str, open_at=None) -> set[str]:
+    """Every "HH:MM" (24-hour) that a time in `text` may mean. open_at(datetime.time) -> bool: of a morning and an
+    afternoon reading ("quarter to four"), the one the business is open at, when it is open at just one."""
+    words = _words(text)
+    found = set()
+    i = 0
+    while i < len(words):
+        reading = _relative(words, i)
+        if reading is None:
+            clock = _hour(words, i)
+            if clock is None:
+                i += 1
+                continue
+            reading = (*clock, 0)
+        hour, minute, read, shift = reading
+        part = _part_of_day(words, i + read)
+        if hour > 12 or words[i].startswith("0") or words[i] in ("noon", "midday", "midnight"):
+            hours = {hour}  # a 24-hour reading, or noon and midnight
+        elif part == "am":
+            hours = {hour % 12}
+        elif part == "pm":
+            hours = {hour % 12 + 12}
+        else:
+            hours = {hour % 12, hour % 12 + 12}
+        readings = [time((h + shift) % 24, minute) for h in hours]
+        if open_at is not None and len(readings) == 2 and open_at(readings[0]) != open_at(readings[1]):
+            readings = [t for t in readings if open_at(t)]
+        found |= {t.strftime("%H:%M") for t in readings}
+        i += read
+    return found

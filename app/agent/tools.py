@@ -1,0 +1,364 @@
+"""The front desk's tools: plain functions over the profile and the SQLite store, with JSON-schema descriptions.
+
+Results are small JSON objects whose text fields ("when", "error", "hours") are what the model reads back to the
+caller, so a reply grounded in a result can copy them word for word.
+"""
+import json
+import logging
+import math
+import re
+import sqlite3
+from datetime import date, datetime, time, timedelta
+from typing import Callable
+
+from app.agent.profile import WEEKDAYS, Profile, Service
+from app.agent.said import CLOCK_PATTERN, SAID, lacking, named_service
+from app.agent.store import Appointment, Store
+
+log = logging.getLogger(__name__)
+
+DAYS = ("today", "tomorrow") + WEEKDAYS
+# what the model reads when the appointments file fails (read-only, disk full): nothing was changed
+STORE_DOWN = "The appointment book cannot be reached right now, so nothing was changed. Please call back later."
+TOPICS = ("hours", "address", "phone", "services", "prices")
+SLOT_MIN = 30  # availability is offered on this grid, in minutes
+_TIME_RE = re.compile(r"^(\d{1,2})(?::(\d{2}))?\s*([ap])?\.?\s*m?\.?$")
+
+# SAID: an argument the caller must have said (app.agent.said checks it against the conversation, for every tool)
+_SAID = {"type": "string", SAID: True}
+SCHEMAS = [
+    {"name": "business_info", "description": "Opening hours, address, phone, services or prices of the business.",
+     "parameters": {"type": "object", "properties": {
+         "topic": {"type": "string", "enum": list(TOPICS)},
+         "day": {"type": "string", "enum": list(DAYS), "description": "for hours on one day", SAID: True},
+         "service": {"type": "string", "description": "for the price of one service", SAID: True}},
+         "required": ["topic"]}},
+    {"name": "check_availability", "description": "Free times on a day, or whether one time is free.",
+     "parameters": {"type": "object", "properties": {
+         "day": {"type": "string", "enum": list(DAYS), SAID: True},
+         "time": {"type": "string", "description": "HH:MM, 24-hour clock", "pattern": CLOCK_PATTERN, SAID: True}}, "required": ["day"]}},
+    {"name": "book_appointment", "description": "Book a service for a named caller at a day and time.",
+     "parameters": {"type": "object", "properties": {
+         "name": _SAID, "day": {"type": "string", "enum": list(DAYS), SAID: True},
+         "time": {"type": "string", "description": "HH:MM, 24-hour clock", "pattern": CLOCK_PATTERN, SAID: True}, "service": _SAID},
+         "required": ["service", "day", "time", "name"]}},  # the order the agent asks for them
+    {"name": "cancel_appointment", "description": "Cancel the caller's upcoming appointment (on a day, if several).",
+     "parameters": {"type": "object", "properties": {
+         "name": _SAID, "day": {"type": "string", "enum": list(DAYS), SAID: True}}, "required": ["name"]}},
+    {"name": "list_appointments", "description": "The caller's upcoming appointments.",
+     "parameters": {"type": "object", "properties": {"name": _SAID}, "required": ["name"]}},
+    {"name": "current_datetime", "description": "Today's date and the time now at the business.",
+     "parameters": {"type": "object", "properties": {}}},
+    {"name": "transfer_to_human", "description": "Hand the call to a person on the staff.",
+     "parameters": {"type": "object", "properties": {}}},
+    {"name": "end_call", "description": "Hang up after saying goodbye.",
+     "parameters": {"type": "object", "properties": {}}},
+]
+
+
+class Refusal(Exception):
+    """A request the business rules refuse; the message is spoken to the caller."""
+
+
+def time_text(t: time) -> str:
+    """'3:30 PM' for 15:30: how results and replies say a time."""
+    return f"{(t.hour - 1) % 12 + 1}:{t.minute:02d} {'AM' if t.hour < 12 else 'PM'}"
+
+
+def date_text(d: date) -> str:
+    """'Friday, December 4'."""
+    return f"{d.strftime('%A')}, {d.strftime('%B')} {d.day}"
+
+
+def when_text(start: datetime) -> str:
+    return f"{date_text(start.date())} at {time_text(start.time())}"
+
+
+def parse_time(value: str) -> time:
+    """'15:30' (the normalized form); '3:30 pm' and '15' are accepted too. Bad input -> Refusal."""
+    m = _TIME_RE.match(str(value).strip().lower())
+    if not m:
+        raise Refusal(f"I need the time as HH:MM on a 24-hour clock, not {value!r}.")
+    hour, minute = int(m.group(1)), int(m.group(2) or 0)
+    if m.group(3) == "p" and hour < 12:
+        hour += 12
+    elif m.group(3) == "a" and hour == 12:
+        hour = 0
+    if hour > 23 or minute > 59:
+        raise Refusal(f"{value!r} is not a time of day.")
+    return time(hour, minute)
+
+
+def resolve_day(day: str, today: date) -> date:
+    """today, tomorrow or a weekday (its next occurrence, today included) -> a date. Bad input -> Refusal."""
+    key = str(day).strip().lower()
+    if key == "today":
+        return today
+    if key == "tomorrow":
+        return today + timedelta(days=1)
+    if key in WEEKDAYS:
+        return today + timedelta(days=(WEEKDAYS.index(key) - today.weekday()) % 7)
+    try:
+        return date.fromisoformat(key)
+    except ValueError:
+        raise Refusal(f"I need the day as one of {', '.join(DAYS)}, not {day!r}.") from None
+
+
+def _join(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
+class Toolbox:
+    """The tools of one business; `call` runs one by name and never raises."""
+
+    def __init__(self, profile: Profile, store: Store, now: Callable[[], datetime] | None = None):
+        self.profile, self.store = profile, store
+        self._now = now or (lambda: datetime.now(profile.tz))
+
+    def schemas(self) -> list[dict]:
+        """SCHEMAS, with the business's services as the examples of every `service` argument."""
+        schemas = json.loads(json.dumps(SCHEMAS))
+        for s in schemas:
+            service = s["parameters"]["properties"].get("service")
+            if service is not None:
+                service["examples"] = [x.name for x in self.profile.services]
+        return schemas
+
+    def now(self) -> datetime:
+        """Naive local wall-clock time of the business."""
+        now = self._now()
+        return (now.astimezone(self.profile.tz) if now.tzinfo else now).replace(tzinfo=None, second=0, microsecond=0)
+
+    def call(self, name: str, arguments: dict) -> dict:
+        """Run tool `name`; unknown tool, bad arguments or a refusal -> {"ok": False, "error": reason}."""
+        schema = next((s for s in SCHEMAS if s["name"] == name), None)
+        if schema is None:
+            return {"ok": False, "error": f"Unknown tool {name!r}; tools: {', '.join(s['name'] for s in SCHEMAS)}."}
+        if not isinstance(arguments, dict):
+            return {"ok": False, "error": "Arguments must be a JSON object."}
+        params = schema["parameters"]
+        unknown = set(arguments) - set(params["properties"])
+        missing = lacking(schema, arguments)
+        if unknown:
+            return {"ok": False, "error": f"{name} takes no argument {sorted(unknown)[0]!r}."}
+        if missing:
+            return {"ok": False, "error": f"{name} needs the {_join(missing)}."}
+        args = {k: v for k, v in arguments.items() if v not in (None, "")}
+        if any(not isinstance(v, str) for v in args.values()):
+            return {"ok": False, "error": f"{name} takes text arguments."}
+        try:
+            return {"ok": True, **getattr(self, "_" + name)(**args)}
+        except Refusal as exc:
+            return {"ok": False, "error": str(exc)}
+        except sqlite3.Error as exc:  # a read-only, full or locked file: the caller is told, the call goes on
+            log.error("%s failed in the appointments store: %s", name, exc)
+            return {"ok": False, "error": STORE_DOWN}
+
+    # -- rules ----------------------------------------------------------------------------------------------
+
+    def _service(self, name: str) -> Service:
+        service = named_service(self.profile, name)
+        if service is None:
+            offered = _join([s.name for s in self.profile.services])
+            raise Refusal(f"We don't offer {name.strip().lower()}. We offer {offered}.")
+        return service
+
+    def _hours_on(self, d: date) -> tuple[time, time]:
+        hours = self.profile.hours[WEEKDAYS[d.weekday()]]
+        if hours is None:
+            raise Refusal(f"We're closed on {d.strftime('%A')}s.")
+        return hours
+
+    def _check_slot(self, start: datetime, duration_min: int) -> None:
+        opens, closes = self._hours_on(start.date())
+        end = start + timedelta(minutes=duration_min)
+        if start.time() < opens or end > datetime.combine(start.date(), closes):
+            raise Refusal(f"On {start.strftime('%A')} we're open {time_text(opens)} to {time_text(closes)}.")
+        if start < self.now():
+            raise Refusal(f"{when_text(start)} has already passed.")
+
+    def _free_starts(self, d: date, duration_min: int) -> list[datetime]:
+        """Start times on the slot grid where `duration_min` fits in opening hours, later than now, unbooked."""
+        opens, closes = self._hours_on(d)
+        booked = self.store.on_date(d)
+        t, last = datetime.combine(d, opens), datetime.combine(d, closes) - timedelta(minutes=duration_min)
+        free = []
+        while t <= last:
+            end = t + timedelta(minutes=duration_min)
+            if t >= self.now() and not any(a.start < end and t < a.end for a in booked):
+                free.append(t)
+            t += timedelta(minutes=SLOT_MIN)
+        return free
+
+    def _free_ranges(self, d: date, min_length_min: int) -> list[str]:
+        """Unbooked stretches of opening hours on `d` from now on, at least `min_length_min` long: '9:00 AM to 11:00 AM'."""
+        opens, closes = self._hours_on(d)
+        t, close = datetime.combine(d, opens), datetime.combine(d, closes)
+        if t < self.now():  # from the first grid point not before now
+            t += timedelta(minutes=math.ceil((self.now() - t).total_seconds() / 60 / SLOT_MIN) * SLOT_MIN)
+        ranges = []
+        for a in self.store.on_date(d) + [Appointment(0, "", "", close, 0)]:
+            end = min(a.start, close)
+            if end - t >= timedelta(minutes=min_length_min):
+                ranges.append(f"{time_text(t.time())} to {time_text(end.time())}")
+            t = max(t, a.end)
+        return ranges
+
+    # -- tools (arguments already checked against the schema) -----------------------------------------------
+
+    def _business_info(self, topic: str, day: str | None = None, service: str | None = None) -> dict:
+        topic = topic.strip().lower()
+        p = self.profile
+        if topic == "hours":
+            if day:
+                d = resolve_day(day, self.now().date())
+                hours = p.hours[WEEKDAYS[d.weekday()]]
+                text = "closed" if hours is None else f"{time_text(hours[0])} to {time_text(hours[1])}"
+                return {"day": d.strftime("%A"), "hours": text}
+            return {"hours": self._week_hours_text()}
+        if topic == "address":
+            return {"address": p.address}
+        if topic == "phone":
+            return {"phone": p.phone}
+        if topic == "services":
+            return {"services": _join([s.name for s in p.services])}
+        if topic == "prices":
+            if service:
+                s = self._service(service)
+                return {"service": s.name, "price": p.price_text(s), "duration": f"{s.duration_min} minutes"}
+            return {"prices": _join([f"{s.name} {p.price_text(s)}" for s in p.services])}
+        raise Refusal(f"I can tell you about {_join(list(TOPICS))}, not {topic!r}.")
+
+    def _week_hours_text(self) -> str:
+        """'Tuesday to Wednesday 9:00 AM to 6:00 PM, ...; closed Sunday and Monday': days with equal hours grouped."""
+        groups, closed = [], []
+        for day in WEEKDAYS:
+            hours = self.profile.hours[day]
+            if hours is None:
+                closed.append(day.capitalize())
+            elif groups and groups[-1][2] == hours and WEEKDAYS.index(groups[-1][1]) + 1 == WEEKDAYS.index(day):
+                groups[-1][1] = day
+            else:
+                groups.append([day, day, hours])
+        parts = [(a.capitalize() if a == b else f"{a.capitalize()} to {b.capitalize()}")
+                 + f" {time_text(h[0])} to {time_text(h[1])}" for a, b, h in groups]
+        return ", ".join(parts) + (f"; closed {_join(closed)}" if closed else "")
+
+    def _check_availability(self, day: str, time: str | None = None) -> dict:
+        d = resolve_day(day, self.now().date())
+        shortest = min(s.duration_min for s in self.profile.services)
+        if time is None:
+            free = self._free_ranges(d, shortest)
+            return {"day": date_text(d), "free": _join(free) if free else "nothing"}
+        start = datetime.combine(d, parse_time(time))
+        self._check_slot(start, shortest)
+        taken = any(a.start < start + timedelta(minutes=shortest) and start < a.end for a in self.store.on_date(d))
+        result = {"when": when_text(start), "available": not taken}
+        if taken:
+            result["free"] = self._nearest_text(start, shortest) or "nothing"
+        return result
+
+    def _nearest_text(self, start: datetime, duration_min: int) -> str:
+        free = sorted(self._free_starts(start.date(), duration_min), key=lambda t: abs(t - start))[:2]
+        return _join([time_text(t.time()) for t in sorted(free)]) if free else ""
+
+    def _book_appointment(self, name: str, day: str, time: str, service: str) -> dict:
+        s = self._service(service)
+        start = datetime.combine(resolve_day(day, self.now().date()), parse_time(time))
+        self._check_slot(start, s.duration_min)
+        try:
+            self.store.add(name, s.name, start, s.duration_min)
+        except ValueError:
+            nearest = self._nearest_text(start, s.duration_min)
+            raise Refusal(f"{when_text(start)} is already taken. The nearest free times are {nearest}." if nearest
+                          else f"{when_text(start)} is already taken, and that day is fully booked.") from None
+        return {"name": name.strip(), "service": s.name, "when": when_text(start), "price": self.profile.price_text(s)}
+
+    def _upcoming(self, name: str) -> list[Appointment]:
+        return self.store.for_name(name, since=self.now())
+
+    def _cancel_appointment(self, name: str, day: str | None = None) -> dict:
+        found = self._upcoming(name)
+        if day:
+            d = resolve_day(day, self.now().date())
+            found = [a for a in found if a.start.date() == d]
+        if not found:
+            on = f" on {resolve_day(day, self.now().date()).strftime('%A')}" if day else ""
+            raise Refusal(f"There is no appointment under {name.strip()}{on}.")
+        if len(found) > 1:
+            raise Refusal(f"{name.strip()} has {len(found)} appointments: "
+                          f"{_join([_appointment_text(a) for a in found])}.")
+        self.store.remove(found[0].id)
+        return {"name": name.strip(), "cancelled": _appointment_text(found[0])}
+
+    def _list_appointments(self, name: str) -> dict:
+        return {"name": name.strip(), "appointments": [_appointment_text(a) for a in self._upcoming(name)]}
+
+    def _current_datetime(self) -> dict:
+        now = self.now()
+        return {"date": date_text(now.date()), "time": time_text(now.time())}
+
+    def _transfer_to_human(self) -> dict:
+        return {"action": "transfer_to_human"}
+
+    def _end_call(self) -> dict:
+        return {"action": "end_call"}
+
+
+def _appointment_text(a: Appointment) -> str:
+    return f"{a.service} on {when_text(a.start)}"
+
+
+
+_INSTRUCTIONS = """You are the voice assistant answering calls for {name}, {address}, phone {phone}.
+Keep replies short and spoken: one or two sentences, no lists, no markdown.
+Use the tools for anything about hours, availability, bookings, cancellations, prices, the date or time.
+To call a tool, write only: <tool_call>{{"name": "TOOL", "arguments": {{...}}}}</tool_call>
+Then wait for its result and answer from it; if the result says ok is false, explain the error, never confirm.
+Arguments: day is one of {days}; time is HH:MM on a 24-hour clock ("half past three" -> "15:30", "noon" -> "12:00").
+Before booking, ask for any missing detail: service, day, time, or the caller's name.
+If the caller wants a person, call transfer_to_human; when they say goodbye, call end_call, then say goodbye.
+For anything else, say politely that you can help with appointments, hours, services and prices.
+Tools:
+{tools}"""
+
+
+_COMPACT = """You answer phone calls for {name}. Reply in one or two short spoken sentences.
+For hours, address, phone, services, prices, free times, bookings, cancellations, the date or a person, first call a tool, alone in the reply: <tool_call>{{"name": ..., "arguments": {{...}}}}</tool_call>
+Then answer from its result. Give a tool only the details the caller said; if it says some are missing, ask for the first.
+Tools:
+{tools}
+day: {days}. time: HH:MM, 24-hour.
+Services: {services}."""
+
+
+def _signature(schema: dict) -> str:
+    """business_info(topic: hours|address, day?, service?): a tool in one line."""
+    params = schema["parameters"]
+    required = set(params.get("required", ()))
+    args = []
+    for key, spec in params["properties"].items():
+        text = key + ("" if key in required else "?")
+        if "enum" in spec and key != "day":
+            text += ": " + "|".join(spec["enum"])
+        args.append(text)
+    return f"{schema['name']}({', '.join(args)})"
+
+
+def compact_prompt(profile: Profile, schemas: list[dict]) -> str:
+    """The embedded model's system message: the business, the tools in one line each, the services."""
+    return _COMPACT.format(name=profile.name, tools="\n".join(_signature(s) for s in schemas),
+                           days="today|tomorrow|monday..sunday", services=", ".join(x.name for x in profile.services))
+
+
+def system_prompt(profile: Profile, toolbox: Toolbox, style: str) -> str | None:
+    """The system message for `style` (the engine's chat style): short for Parley's model, full for LLaDA/Dream."""
+    if style == "parley":
+        return f"You answer calls for {profile.name}."  # what the embedded model was trained with
+    if style == "smollm":
+        return compact_prompt(profile, (toolbox.schemas() if toolbox is not None else SCHEMAS))
+    if style in ("llada", "dream"):
+        tools = "\n".join(json.dumps(s, separators=(",", ":")) for s in toolbox.schemas())
+        return _INSTRUCTIONS.format(name=profile.name, address=profile.address, phone=profile.phone,
+                                    days=", ".join(DAYS), tools=tools)
+    raise ValueError(f"unknown chat style {style!r}; valid: parley, llada, dream")

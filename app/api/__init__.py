@@ -1,0 +1,1 @@
+"""OpenAI-compatible APIs on the loaded model: chat completions (`chat`) and the Realtime protocol (`realtime`)."""

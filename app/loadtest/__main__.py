@@ -1,0 +1,3 @@
+from app.loadtest import main
+
+main()

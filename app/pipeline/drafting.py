@@ -1,0 +1,127 @@
+"""Session's work during the end-of-turn silence: drafting and the end-of-turn judgement.
+
+From `speculate_ms` of silence a draft transcribes the utterance, asks the language model whether the turn is
+complete (SessionOptions.end_of_turn, speech.endpoint), drafts the agent's first answer and synthesizes its first
+phrase, all without side effects (tools run only after the endpoint). If the caller goes on, the draft is dropped;
+if the turn ends with these words, the turn starts from it. A mixin of app.pipeline.session.Session, whose state it uses:
+options, services, agent, detector, _loop, _draft, _policy, _carry, _ready_clause.
+"""
+import asyncio
+import logging
+import threading
+from dataclasses import dataclass
+
+import numpy as np
+
+from app.agent.protocol import parse_tool_calls
+from app.pipeline.trace import TurnTrace
+from speech.tts import ClauseSplitter
+from speech.vad import SpeechEnd
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Draft:
+    """Work started during the end-of-turn silence, valid while the utterance stays the same."""
+    audio_samples: int                 # length of the utterance it was computed on
+    cancel: threading.Event
+    transcript: asyncio.Future         # -> the transcript, as soon as ASR is done
+    p_complete: asyncio.Future | None  # -> the model's P(the turn is complete), or None without one
+    task: asyncio.Task | None = None   # -> (Generation | None, first clause | None, its audio | None)
+
+
+class Drafting:
+    """Drafts and the end-of-turn decision (see the module)."""
+
+    async def _judged(self) -> None:
+        """Input faster than real time (a file): the judgement takes no stream time, so wait for it."""
+        draft = self._draft
+        if draft is not None and draft.p_complete is not None:
+            await asyncio.shield(draft.p_complete)
+
+    def _decided_end(self) -> SpeechEnd | None:
+        """With an end-of-turn policy: the turn ends here once its silence reached the wait the policy chose from
+        the draft's P(complete) (the plain VAD's while no draft judged it; the longest while one is judging)."""
+        policy, draft = self._policy, self._draft
+        if policy is None or not self.detector.in_speech or self.detector.trailing_silence_ms < policy.check_ms:
+            return None
+        if draft is None or draft.p_complete is None:
+            wait = policy.silence_ms
+        elif not draft.p_complete.done():
+            wait = policy.max_silence_ms
+        else:
+            p = draft.p_complete.result()
+            wait = policy.silence_ms if p is None else policy.wait_ms(p)
+        return self.detector.end_now() if self.detector.trailing_silence_ms >= wait else None
+
+    def _maybe_draft(self) -> None:
+        if self.options.speculate_ms is None or not self.detector.in_speech:
+            return
+        silence_ms = self.detector.trailing_silence_ms
+        if silence_ms == 0 and self._draft is not None:      # the user went on speaking: the draft is stale
+            self._draft.cancel.set()
+            self._draft = None
+        elif silence_ms >= self.options.speculate_ms and self._draft is None:
+            audio = self.detector.endpoint_audio()
+            draft = Draft(len(audio), threading.Event(), self._loop.create_future(),
+                           self._loop.create_future() if self._policy is not None else None)
+            draft.task = asyncio.create_task(self._make_draft(np.concatenate([self._carry, audio]), draft))
+            self._draft = draft
+
+    async def _make_draft(self, audio: np.ndarray, draft: Draft):
+        """Transcript, P(the turn is complete), first generation and first clause's audio, with no side effects
+        (tools run only later)."""
+        try:
+            return await self._drafting(audio, draft)
+        finally:
+            if draft.p_complete is not None and not draft.p_complete.done():
+                draft.p_complete.set_result(None)   # no judgement: the plain VAD's wait
+
+    async def _drafting(self, audio: np.ndarray, draft: Draft):
+        services, loop, cancel = self.services, self._loop, draft.cancel
+        try:
+            text = await loop.run_in_executor(services.asr_pool, services.asr.transcribe, audio)
+        except Exception as exc:
+            draft.transcript.set_exception(exc)
+            raise
+        draft.transcript.set_result(text)
+        if cancel.is_set() or not text.strip():
+            return None, None, None
+        if draft.p_complete is not None:
+            judge = services.engine.end_of_turn_probability
+            try:
+                draft.p_complete.set_result(await loop.run_in_executor(services.llm_pool, judge,
+                                                                       self.agent.prompt(), text))
+            except Exception:
+                log.exception("end-of-turn judgement failed; the VAD decides")
+        generation = await loop.run_in_executor(services.llm_pool, self.agent.draft, text, cancel)
+        if generation is None or cancel.is_set() or generation.stopped == "cancelled":   # None: no drafts
+            return None, None, None
+        spoken = parse_tool_calls(generation.text)[1]
+        splitter = ClauseSplitter(self.options.first_phrase_words)
+        clause = (splitter.push(spoken) or [splitter.flush()])[0] if spoken else None
+        if not clause:
+            return generation, None, None
+        clause_audio = await loop.run_in_executor(services.tts_pool, services.tts.synthesize, clause)
+        return generation, clause, clause_audio
+
+    async def _transcribe(self, audio: np.ndarray, draft: Draft | None) -> str:
+        """The final transcript: the draft's when it matches this turn (often ready before the endpoint)."""
+        if draft is not None:
+            try:
+                return await draft.transcript
+            except Exception:
+                log.exception("drafted transcript failed; transcribing again")
+        return await self._loop.run_in_executor(self.services.asr_pool, self.services.asr.transcribe, audio)
+
+    async def _drafted_generation(self, draft: Draft, trace: TurnTrace):
+        """The draft's first generation (and its first clause's audio, kept for _speak), or None."""
+        try:
+            first, clause, clause_audio = await draft.task
+        except Exception:
+            log.exception("draft failed; generating again")
+            return None
+        trace.drafted = first is not None
+        self._ready_clause = (clause, clause_audio) if clause else None
+        return first

@@ -1,0 +1,112 @@
+"""The models and tools, loaded once per process and shared by every session."""
+import ctypes
+import logging
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import torch
+
+import llm
+from app.agent.loop import Agent
+from app.agent.options import AgentOptions, agent_options_for
+from app.agent.profile import load_profile
+from app.agent.store import open_store
+from app.agent.tools import Toolbox, system_prompt
+from app.settings import Settings
+from speech.asr import AsrOptions, Transcriber
+from speech.tts import Synthesizer
+from speech.vad import VadConfig
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Services:
+    asr: object                     # speech.asr.Transcriber (or anything with .transcribe(int16 16 kHz) -> str)
+    tts: object                     # speech.tts.Synthesizer
+    engine: object                  # llm.Engine
+    toolbox: object                 # app.agent.tools.Toolbox
+    system_prompt: str | None
+    vad_config: VadConfig = field(default_factory=VadConfig)
+    agent_options: AgentOptions = field(default_factory=AgentOptions)
+    ready: bool = False
+
+    def __post_init__(self):
+        # One thread per model: calls to a model are serialized, the event loop never waits on one,
+        # and a partial transcript never delays the final one (its own thread).
+        self.asr_pool = ThreadPoolExecutor(1, thread_name_prefix="asr")
+        self.partial_pool = ThreadPoolExecutor(1, thread_name_prefix="asr-partial")
+        self.llm_pool = ThreadPoolExecutor(1, thread_name_prefix="llm")
+        self.tts_pool = ThreadPoolExecutor(1, thread_name_prefix="tts")
+
+    @classmethod
+    def load(cls, settings: Settings, speech: bool = True) -> "Services":
+        """Load the ASR, TTS and LLM named by the settings, and the business tools; speech=False: the LLM and the
+        tools alone (a text conversation)."""
+        t0 = time.perf_counter()
+        asr = Transcriber(AsrOptions(model_dir=settings.asr_model)) if speech else None
+        tts = Synthesizer(settings.voice) if speech else None
+        engine = llm.load(settings.llm_model, device=settings.llm_device)
+        if speech:   # a core left to ASR and TTS; a text conversation keeps torch's choice (or --threads)
+            _size_cpu_threads(engine)
+        profile = load_profile(settings.profile)
+        toolbox = Toolbox(profile, open_store(settings.db_path))
+        services = cls(asr, tts, engine, toolbox, system_prompt(profile, toolbox, engine.chat_style),
+                       agent_options=agent_options_for(settings.llm_model))
+        log.info("models loaded in %.1f s (llm %s, %s)", time.perf_counter() - t0, settings.llm_model, engine.chat_style)
+        return services
+
+    def new_agent(self) -> Agent:
+        """A fresh conversation on these models and tools (a call, an API request)."""
+        return Agent(self.engine, self.toolbox, self.system_prompt, self.agent_options)
+
+    def warm_up(self) -> None:
+        """One small pass through each model, so the first turn pays no one-time costs."""
+        t0 = time.perf_counter()
+        # the models' own warm-ups: a transcript of zeros is "" before Whisper runs at all, so it warmed nothing
+        self.asr.warm_up()
+        self.tts.warm_up()
+        # The agent's own first generation of a turn, without history or tools: its decoding path, the system
+        # prompt left in a reused KV cache (cache "block"), and the reply grammar (the tokenizer's index, ~0.4 s,
+        # built once). The first call's first turn was ~1 s slower than the next without it.
+        self.new_agent().draft("Hello, what are your hours?")
+        _return_freed_memory()
+        self.ready = True
+        log.info("models warm in %.1f s", time.perf_counter() - t0)
+
+    def shutdown(self) -> None:
+        for pool in (self.asr_pool, self.partial_pool, self.llm_pool, self.tts_pool):
+            pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _return_freed_memory() -> None:
+    """Hand the memory that loading freed (the GGUF's dequantized copies, the weights' first layout) back to the
+    OS: glibc keeps freed heap pages for reuse, and they stayed in `parley serve`'s resident size (1.67 GB with the
+    SmolLM2 brain, against 1.2 GB after this). Nothing to do off glibc."""
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
+# NOTE: a small model's CPU ops are too short to split: on 2 cores a 4M-parameter pass ran 3-20x slower on two
+# threads than on one (llm bench), and one thread leaves the other core to ASR and TTS.
+SMALL_MODEL_PARAMS = 100_000_000
+
+
+def _size_cpu_threads(engine) -> None:
+    """The LLM's torch threads, for a process that also runs ASR (CTranslate2) and TTS (onnxruntime) pools.
+
+    NOTE: SmolLM2-135M on 2 AVX2 cores: a pass over 4 new positions took 123 ms on one thread and 118 ms on two
+    (a 300-token prefill 1.7 s against 0.8 s), and two busy pools on 2 cores make OpenMP spin (a decode step
+    measured 39 ms on one thread, 725 ms on two while another process used a core). So the LLM leaves a core
+    to speech: one thread on 2 cores, all but one on more.
+    """
+    if engine.device.type != "cpu":
+        return
+    if sum(p.numel() for p in engine.model.parameters()) < SMALL_MODEL_PARAMS:
+        torch.set_num_threads(1)
+    else:
+        torch.set_num_threads(max(1, (os.cpu_count() or 2) - 1))

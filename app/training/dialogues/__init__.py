@@ -1,0 +1,155 @@
+"""Training and evaluation dialogues for the front desk, written from templates and run against the real tools.
+
+`generate(profile, split, n, seed)` writes n dialogues; `examples(...)` turns them into (prompt messages, target)
+pairs rendered exactly as the Agent would prompt; `cases(...)` into per-turn evaluation cases.
+"""
+import json
+import random
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from app.agent.options import AgentOptions
+from app.agent.profile import Profile
+from app.agent.protocol import TOOL_CALL_CLOSE, TOOL_CALL_OPEN
+from app.agent.tools import system_prompt
+from app.training.dialogues import scenarios
+from app.training.dialogues.booking import booking
+from app.training.dialogues.script import Booking, Dialogue, Script
+from llm import chat
+from llm.adapt import Example
+
+SPLITS = ("train", "heldout")
+# The main request of a dialogue, by weight.
+MAIN = {booking: 40, scenarios.availability: 14, scenarios.cancel: 10, scenarios.look_up: 6,
+        scenarios.business_question: 14, scenarios.date_and_time: 3, scenarios.transfer: 3}
+MAIN_SMALL_TALK = {"who_are_you": 3, "out_of_scope": 5}
+
+
+@dataclass(frozen=True)
+class Style:
+    """How dialogues are written. The defaults write the from-scratch model's data as it was trained
+    (docs/MODELS.md); the SmolLM2 recipe (`parley adapt`) turns all three on."""
+    variants: bool = False       # training also draws from app.training.dialogues.variants
+    ask_by_call: bool = False    # a question for a missing detail follows a call that lacked it (Script.ask)
+    more_requests: float = 0.0   # after each main request, another one with this probability (at most MAX_REQUESTS)
+
+
+MAX_REQUESTS = 4
+
+
+def write_dialogue(profile: Profile, split: str, rng: random.Random, style: Style = Style()) -> Dialogue:
+    """One dialogue: maybe a greeting, a main request (or small talk) and maybe more of them, maybe thanks and
+    goodbye."""
+    now = datetime(2026, 1, 5, 8, 0) + timedelta(days=rng.randrange(0, 700), minutes=15 * rng.randrange(0, 44))
+    s = Script(profile, split, rng, now, style.variants, style.ask_by_call)
+    if rng.random() < 0.25:
+        scenarios.small_talk(s, rng.choice(("greeting", "greeting", "how_are_you")))
+    kinds = list(MAIN) + list(MAIN_SMALL_TALK)
+    weights = list(MAIN.values()) + list(MAIN_SMALL_TALK.values())
+    for n in range(MAX_REQUESTS):  # no draw at all without more_requests: the from-scratch data stays as it was
+        if n and (style.more_requests == 0.0 or not rng.random() < style.more_requests):
+            break
+        kind = rng.choices(kinds, weights=weights)[0]
+        if kind in MAIN_SMALL_TALK:
+            scenarios.small_talk(s, kind)
+        else:
+            kind(s)
+        if rng.random() < 0.3:
+            scenarios.small_talk(s, "thanks")
+    if rng.random() < 0.3:
+        scenarios.goodbye(s)
+    return s.finish()
+
+
+def generate(profile: Profile, split: str, n: int, seed: int = 0, variants: bool = False,
+             style: Style | None = None) -> list[Dialogue]:
+    """n dialogues of `split` (train or heldout); the same arguments always give the same dialogues.
+
+    variants: training also draws from app.training.dialogues.variants (in the shipped recipe: docs/MODELS.md);
+    style: all of how they are written (Style), instead.
+    """
+    if split not in SPLITS:
+        raise ValueError(f"unknown split {split!r}; valid: {', '.join(SPLITS)}")
+    rng = random.Random(f"{seed}:{split}")
+    style = style or Style(variants=variants)
+    return [write_dialogue(profile, split, rng, style) for _ in range(n)]
+
+
+def system_message(profile: Profile) -> dict:
+    return {"role": "system", "content": system_prompt(profile, None, "parley")}
+
+
+def prompt_messages(system: dict, history: list[dict], max_history_turns: int) -> list[dict]:
+    """What the Agent sends for `history`: the system message and the last `max_history_turns` user turns."""
+    user_idx = [i for i, m in enumerate(history) if m["role"] == "user"]
+    start = user_idx[-max_history_turns] if len(user_idx) > max_history_turns else 0
+    return [system] + history[start:]
+
+
+def examples(dialogues: list[Dialogue], profile: Profile,
+             max_history_turns: int = AgentOptions.max_history_turns) -> list[tuple[list[dict], str]]:
+    """(prompt messages, assistant target) for every assistant message of every dialogue."""
+    system = system_message(profile)
+    out = []
+    for d in dialogues:
+        for i, m in enumerate(d.messages):
+            if m["role"] == "assistant":
+                out.append((prompt_messages(system, d.messages[:i], max_history_turns), m["content"]))
+    return out
+
+
+@dataclass
+class Case:
+    """One user turn to replay: the store and history before it, and what the reference agent did."""
+    now: datetime
+    bookings: list[Booking]
+    history: list[dict]
+    user: str
+    intent: str
+    calls: list[tuple[str, dict]]   # expected tool calls, in order
+    results: list[dict]             # what they returned in the reference
+    reply: str                      # the reference's spoken reply
+
+
+def cases(dialogues: list[Dialogue]) -> list[Case]:
+    out = []
+    for d in dialogues:
+        user_idx = [i for i, m in enumerate(d.messages) if m["role"] == "user"]
+        for k, i in enumerate(user_idx):
+            end = user_idx[k + 1] if k + 1 < len(user_idx) else len(d.messages)
+            turn = d.messages[i + 1:end]
+            calls, results, reply = [], [], ""
+            for m in turn:
+                if m["role"] == "assistant" and m["content"].startswith(TOOL_CALL_OPEN):
+                    payload = json.loads(m["content"][len(TOOL_CALL_OPEN):-len(TOOL_CALL_CLOSE)])
+                    calls.append((payload["name"], payload["arguments"]))
+                elif m["role"] == "tool":
+                    results.append(json.loads(m["content"])["result"])
+                elif m["role"] == "assistant":
+                    reply = m["content"]
+            out.append(Case(d.now, d.snapshots[k], d.messages[:i], d.messages[i]["content"], d.intents[k],
+                            calls, results, reply))
+    return out
+
+
+def token_examples(dialogues: list[Dialogue], system: str, encode, style: str, end_of_turn: str):
+    """Each dialogue as one llm.adapt.Example: its tokens in chat `style` (system message first) and the token
+    span of every assistant reply, end-of-turn token included. `encode(text) -> ids` is the engine's tokenizer;
+    a span is found by encoding the conversation up to the reply's header and up to its end, so the tokens are
+    exactly those the agent's prompt would have."""
+    out = []
+    for d in dialogues:
+        messages = [{"role": "system", "content": system}] + d.messages
+        ids = encode(chat.render(messages, style, add_generation_prompt=False))
+        spans = []
+        for i, m in enumerate(messages):
+            if m["role"] != "assistant":
+                continue
+            head = encode(chat.render(messages[:i], style, add_generation_prompt=True))
+            upto = chat.render(messages[:i + 1], style, add_generation_prompt=False)
+            reply = encode(upto[:upto.rindex(end_of_turn) + len(end_of_turn)])  # ends with the end-of-turn token
+            if ids[:len(reply)] != reply or reply[:len(head)] != head:
+                raise ValueError(f"reply {i} of a dialogue does not tokenize as a prefix of the whole")
+            spans.append((len(head), len(reply)))
+        out.append(Example(ids, spans))
+    return out

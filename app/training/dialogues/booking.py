@@ -1,0 +1,155 @@
+"""Booking dialogues: a request with some slots, questions for the missing ones, the call, and what follows a refusal."""
+import re
+from datetime import datetime, time, timedelta
+
+from app.agent.profile import WEEKDAYS
+from app.training.dialogues import templates as T
+from app.training.dialogues.replies import ASK_DAY, ASK_NAME, ASK_SERVICE, ask_time
+from app.training.dialogues.script import Script, sentence
+
+_TIME_TEXT = re.compile(r"(\d{1,2}):(\d{2}) (AM|PM)")
+OUTCOMES = {"ok": 0.55, "taken": 0.17, "unknown": 0.08, "closed": 0.07, "outside": 0.08, "past": 0.05}
+
+
+def choose_slot(s: Script, outcome: str, duration_min: int) -> tuple[str, datetime]:
+    """A (day, start) that leads the real tool to `outcome` (ok/taken/closed/outside/past)."""
+    if outcome == "closed":
+        closed = [d for d in WEEKDAYS if s.profile.hours[d] is None]
+        if closed:
+            day = s.rng.choice(closed)
+            return day, datetime.combine(s.date_of(day), s.rng.choice(OPEN_TIMES))
+        outcome = "outside"
+    if outcome == "past" and s.hours("today") and s.now.time() > s.hours("today")[0]:
+        opens = datetime.combine(s.now.date(), s.hours("today")[0])
+        minutes = int((s.now - opens).total_seconds() // 60) // 15
+        if minutes >= 2:
+            return "today", opens + timedelta(minutes=15 * s.rng.randrange(0, minutes - 1))
+    if outcome in ("past", "outside"):
+        day = s.day()
+        opens, closes = s.hours(day)
+        d = s.date_of(day)
+        early = [datetime.combine(d, opens) - timedelta(minutes=m) for m in (30, 60, 90, 120)]
+        late = [datetime.combine(d, closes) + timedelta(minutes=m) for m in (0, 30, 60, 120)]
+        return day, s.rng.choice([t for t in early + late if 7 <= t.hour <= 21] or early)
+    for _ in range(50):
+        day = s.day()
+        starts = s.free_times(day, duration_min)
+        if starts:
+            return day, s.rng.choice(starts)
+    raise ValueError("no free time in the coming week to write a booking dialogue")
+
+
+OPEN_TIMES = [datetime(2000, 1, 1, h, m).time() for h in range(9, 18) for m in (0, 30)]
+
+
+def fill_day(s: Script, day: str, keep: datetime, n: int) -> None:
+    """Up to `n` other bookings on `day` that leave `keep` (a start) free, so free ranges vary."""
+    for _ in range(n):
+        starts = [t for t in s.free_times(day, 30) if abs(t - keep) >= timedelta(minutes=120)]
+        if starts:
+            s.book_existing(s.name(), s.rng.choice(s.profile.services).name, s.rng.choice(starts))
+
+
+def booking(s: Script) -> None:
+    """A booking request, its slot questions, the call, and maybe a second try after a refusal."""
+    outcome = s.rng.choices(list(OUTCOMES), weights=list(OUTCOMES.values()))[0]
+    service, service_said = s.unknown_service() if outcome == "unknown" else s.service()
+    known = s.profile.service(service)
+    day, start = choose_slot(s, outcome if outcome != "unknown" else "ok", known.duration_min if known else 30)
+    if s.hours(day):
+        fill_day(s, day, start, s.rng.randrange(0, 3))
+    if outcome == "taken":
+        offset = timedelta(minutes=s.rng.choice((0, 0, -15, 15)))
+        if not s.book_existing(s.name(), s.rng.choice(s.profile.services).name, start + offset):
+            s.book_existing(s.name(), "haircut", start)
+    name = s.name()
+    slots = {"service": service_said, "day": day, "time": start, "name": name}
+    given = set(slots) if s.rng.random() < 0.45 else {k for k in slots if s.rng.random() < 0.5}
+    s.user(request_text(s, slots, given), "book")
+    args = {"name": name, "day": day, "time": start.strftime("%H:%M"), "service": service}
+    ask_missing(s, slots, given, args)
+    result = s.call("book_appointment", args)
+    if not result["ok"] and s.rng.random() < 0.6:
+        retry(s, args, result)
+
+
+def request_text(s: Script, slots: dict, given: set) -> str:
+    """The caller's first words: opener, maybe their name, the request with the given slots."""
+    name_first = "name" in given and s.rng.random() < 0.4
+    core = s.pick(T.BOOK_WITH_SERVICE).format(service=slots["service"]) if "service" in given \
+        else s.pick(T.BOOK_NO_SERVICE)
+    when = ""
+    if {"day", "time"} <= given:
+        when = s.pick(T.WHEN).format(day=s.say_day(slots["day"]), time=s.say_time(slots["time"].time()))
+    elif "day" in given:
+        when = s.pick(T.DAY_ONLY).format(day=s.say_day(slots["day"]))
+    elif "time" in given:
+        when = s.pick(T.TIME_ONLY).format(time=s.say_time(slots["time"].time()))
+    parts = [s.pick(T.OPENERS)]
+    if name_first:
+        parts.append(s.pick(T.NAME_FIRST).format(name=slots["name"]))
+    parts.append(sentence(core, when))
+    if "name" in given and not name_first:
+        parts.append(s.pick(T.NAME_LAST).format(name=slots["name"]))
+    return " ".join(p for p in parts if p)
+
+
+def ask_missing(s: Script, slots: dict, given: set, args: dict) -> None:
+    """Ask for each missing slot in order service, day, time, name (book_appointment's `required` order); the
+    caller answers (day and time at once, sometimes). `args`: the booking's arguments, of which the given ones are
+    known when the agent asks (Script.ask)."""
+    given = set(given)
+    for slot in ("service", "day", "time", "name"):
+        if slot in given:
+            continue
+        known = {k: v for k, v in args.items() if k in given}
+        if slot == "service":
+            s.ask(ASK_SERVICE, "book_appointment", known)
+            s.user(s.pick(T.ANSWER_SERVICE).format(service=slots["service"]), "book")
+        elif slot == "day":
+            s.ask(ASK_DAY, "book_appointment", known)
+            if "time" not in given and s.rng.random() < 0.5:
+                s.user(s.pick(T.ANSWER_DAY_TIME).format(day=s.say_day(slots["day"]),
+                                                        time=s.say_time(slots["time"].time())), "book")
+                given.add("time")
+            else:
+                s.user(s.pick(T.ANSWER_DAY).format(day=s.say_day(slots["day"])), "book")
+        elif slot == "time":
+            s.ask(ask_time(slots["day"]), "book_appointment", known)
+            s.user(s.pick(T.ANSWER_TIME).format(time=s.say_time(slots["time"].time())), "book")
+        else:
+            s.ask(ASK_NAME, "book_appointment", known)
+            s.user(s.pick(T.ANSWER_NAME).format(name=slots["name"]), "book")
+        given.add(slot)
+
+
+def retry(s: Script, args: dict, result: dict) -> None:
+    """After a refusal the caller changes the one thing that was wrong, and the agent books again."""
+    error = result["error"]
+    args = dict(args)
+    if "don't offer" in error:
+        service, said = s.service()
+        args["service"] = service
+        s.user(s.pick(T.ANSWER_SERVICE).format(service=said), "book")
+    elif "closed" in error or "passed" in error:
+        day = s.day()
+        args["day"] = day
+        s.user(s.pick(T.ANSWER_OTHER_DAY).format(day=s.say_day(day)), "book")
+    else:
+        start = offered_time(s, error, args)
+        if start is None:
+            return
+        args["time"] = start.strftime("%H:%M")
+        s.user(s.pick(T.ANSWER_ALTERNATIVE).format(time=s.say_time(start)), "book")
+    s.call("book_appointment", args)
+
+
+def offered_time(s: Script, text: str, args: dict) -> time | None:
+    """One of the nearest free times a refusal offered, else any time that fits the day."""
+    offered = _TIME_TEXT.findall(text.split("nearest")[-1]) if "nearest" in text else []
+    if offered:
+        hour, minute, half = s.rng.choice(offered)
+        return time(int(hour) % 12 + (12 if half == "PM" else 0), int(minute))
+    known = s.profile.service(args.get("service", ""))
+    starts = s.free_times(args["day"], known.duration_min if known else 30)
+    return s.rng.choice(starts).time() if starts else None

@@ -1,0 +1,117 @@
+"""The embedded brain end to end, as a caller uses it: SmolLM2 with Parley's block-diffusion adapter, the real
+agent, tools, schema grammar and SQLite store, for the shipped business and for a second one it was never
+trained on (app/profiles/bike_repair.yaml: the same adapter, only the profile differs)."""
+import json
+from datetime import datetime, timedelta
+
+import pytest
+
+from app.agent.loop import Agent
+from app.agent.options import agent_options_for
+from app.agent.profile import load_profile
+from app.agent.store import open_store
+from app.agent.tools import Toolbox, system_prompt
+from app.settings import REPO_ROOT, SMOLLM2_ADAPTER_DIR
+
+pytestmark = pytest.mark.slow
+BIKE_SHOP = REPO_ROOT / "app" / "profiles" / "bike_repair.yaml"
+
+
+def agent_for(engine, profile_path=None, now=datetime(2026, 3, 2, 9, 0)):  # a Monday morning
+    profile = load_profile(profile_path)
+    toolbox = Toolbox(profile, open_store(":memory:"), now=lambda: now)
+    return Agent(engine, toolbox, system_prompt(profile, toolbox, engine.chat_style),
+                 agent_options_for(SMOLLM2_ADAPTER_DIR))
+
+
+def calls(turn):
+    return [(c.name, c.arguments) for c in turn.tool_calls]
+
+
+def test_hours_come_from_the_tool(brain):
+    turn = agent_for(brain).respond("Hi, um, yeah, what are your hours?")
+    assert [name for name, _ in calls(turn)] == ["business_info"]
+    assert turn.tool_calls[0].arguments["topic"] == "hours"
+    assert "9" in turn.reply or "nine" in turn.reply.lower()
+
+
+def test_a_booking_with_every_detail_is_booked_and_read_back(brain):
+    agent = agent_for(brain)
+    turn = agent.respond("Hi, I'd like to book a haircut tomorrow at 3 pm. My name is Sofía Ramírez.")
+    assert calls(turn) == [("book_appointment", {"name": "Sofía Ramírez", "day": "tomorrow", "time": "15:00",
+                                                 "service": "haircut"})]
+    assert turn.tool_calls[0].result["ok"]
+    assert "Sofía" in turn.reply and "\ufffd" not in turn.reply
+    rows = agent.toolbox.store.for_name("Sofía Ramírez")
+    assert [(r.service, r.start) for r in rows] == [("haircut", datetime(2026, 3, 3, 15, 0))]
+
+
+def test_a_booking_without_a_time_gets_a_question(brain):
+    turn = agent_for(brain).respond("Can I get a beard trim on Friday? It's for Tom.")
+    assert [name for name, _ in calls(turn)] in ([], ["check_availability"])
+    assert "?" in turn.reply
+
+
+def test_a_new_business_is_answered_and_booked_from_its_profile_alone(brain):
+    agent = agent_for(brain, BIKE_SHOP)
+    turn = agent.respond("what services do you offer?")
+    assert calls(turn) == [("business_info", {"topic": "services"})]
+    assert "tune-up" in turn.reply and "wheel truing" in turn.reply
+    turn = agent.respond("Can I book a tune-up Friday at 10 am? I am Sam Lee.")
+    assert calls(turn) == [("book_appointment", {"name": "Sam Lee", "day": "friday", "time": "10:00",
+                                                 "service": "tune-up"})]
+    assert turn.tool_calls[0].result["price"] == "$65"  # the bike shop's price, from its profile
+    assert "Sam Lee" in turn.reply and "tune-up" in turn.reply
+
+
+@pytest.mark.xfail(strict=True, reason="known failure of the shipped adapter (docs/MODELS.md): a price "
+                   "question about a service the salon does not have gets check_availability without a day")
+def test_a_new_business_price_question_is_answered_from_its_profile(brain):
+    agent = agent_for(brain, BIKE_SHOP)
+    turn = agent.respond("how much do you charge for a tune-up?")
+    assert [name for name, _ in calls(turn)] == ["business_info"]
+    assert turn.tool_calls[0].result["price"] == "$65"  # the bike shop's price, from its profile
+    assert "65" in turn.reply or "sixty-five" in turn.reply.lower()
+
+
+def test_a_name_given_before_the_request_is_booked_under_it(brain):
+    """The adapter alone wrote "Owen Smith" for "Noah Smith"; a name is held to words the caller said."""
+    turn = agent_for(brain).respond("Hi, this is Noah Smith. Could I get a haircut tomorrow at 3:30 p.m.?")
+    assert calls(turn) == [("book_appointment", {"name": "Noah Smith", "day": "tomorrow", "time": "15:30",
+                                                 "service": "haircut"})]
+
+
+def test_parley_converse_books_a_spoken_request_with_the_default_brain(tmp_path):
+    """`parley converse` on its defaults (the brain above, Whisper, Piper): a spoken booking request is booked in
+    SQLite, and the spoken confirmation, heard back, says the time."""
+    from speech.asr import Transcriber
+    from speech.audio import read_wav, write_wav
+    from speech.tts import Synthesizer
+    from tests.integration.test_agent_model import booked_rows, open_day_ahead, parley
+
+    day = open_day_ahead()  # two or more days ahead: the booking is never in the past
+    tts = Synthesizer(varied=False)
+    speech = tts.synthesize(f"Hi, this is Noah Smith. Could I get a haircut on {day.capitalize()} at 3:30 p.m.?")
+    question, answer, db = tmp_path / "question.wav", tmp_path / "answer.wav", tmp_path / "appointments.sqlite3"
+    write_wav(question, speech, tts.sample_rate_hz)
+    result = parley("converse", "--in", str(question), "--out", str(answer), "--json", "--db", str(db),
+                    "--llm-device", "cpu", timeout=600)
+    assert result.returncode == 0, result.stderr
+    turn = json.loads(result.stdout.splitlines()[-1])
+    assert [c["name"] for c in turn["tool_calls"]] == ["book_appointment"], turn
+    assert booked_rows(db) == [("Noah Smith", "haircut", "15:30")], turn
+    heard = Transcriber().transcribe(read_wav(answer)).lower()
+    assert any(said in heard for said in ("3:30", "3.30", "3 30", "three thirty")), (heard, turn["reply"])
+
+
+def test_a_forty_turn_call_answers_the_same_question_the_same_way(brain):
+    """The prompt keeps the system facts and the recent turns that fit (the window moved on the way: the call
+    outgrows the 2048-token context): turn 40 is answered as turn 2 was."""
+    agent = agent_for(brain)
+    agent.respond("Hello there.")
+    first = agent.respond("What's your address?")
+    for _ in range(38):
+        turn = agent.respond("What's your address?")
+    assert agent._first > 0  # the oldest turns left the prompt
+    assert calls(turn) == calls(first) == [("business_info", {"topic": "address"})]
+    assert turn.reply == first.reply and "214" in turn.reply

@@ -1,0 +1,475 @@
+"""The Twilio Media Streams transport, against the real server socket.
+
+A Twilio simulator (a real WebSocket client) speaks mu-law at real-time pace, plays the agent's audio back at
+real-time pace, echoes marks once their audio has played and honours `clear` as Twilio does. The speech models
+are the real bundled ones; the language model is the scripted test double.
+"""
+import asyncio
+import base64
+import json
+import time
+from contextlib import contextmanager
+
+import httpx
+import numpy as np
+import pytest
+from websockets.asyncio.client import connect
+from websockets.exceptions import InvalidStatus
+
+from app.loadtest.twilio_caller import TwilioSimulator, speak_8k, voiced_seconds, wait_until
+from app.pipeline.services import Services
+from app.pipeline.session import Session
+from app.server.app import create_app
+from app.settings import Settings
+from app.transports import twilio_wire as twilio
+from app.transports.twilio import set_call_event_hook, telephony_stats
+from speech.audio import SAMPLE_RATE_HZ, pcm_to_mulaw, resample
+from tests.fakes import FakeEngine, FakeToolbox, last_user
+from tests.prom import sample
+from tests.rtc_helpers import serve_in_thread
+
+REPLY_HOURS = "We open at nine in the morning. On Saturdays we open at ten. On Sundays we stay closed all day long."
+REPLY_GO_AHEAD = "Of course, please go ahead."
+REPLY_GOODBYE = "Goodbye, and thank you for calling."
+REPLY_TRANSFER = "Of course, let me connect you with a person."
+END_CALL = '<tool_call>{"name": "end_call", "arguments": {}}</tool_call>'
+TRANSFER = '<tool_call>{"name": "transfer_to_human", "arguments": {}}</tool_call>'
+TOKEN = "test-auth-token"
+
+
+def script(messages: list[dict]) -> str:
+    if messages[-1]["role"] == "tool":
+        return REPLY_TRANSFER if "transfer_to_human" in messages[-1]["content"] else REPLY_GOODBYE
+    heard = last_user(messages).lower()
+    if "bye" in heard:
+        return END_CALL
+    if "human" in heard:
+        return TRANSFER
+    if "open" in heard:
+        return REPLY_HOURS
+    return REPLY_GO_AHEAD
+
+
+# --- pure protocol helpers ----------------------------------------------------------------------------------
+
+
+def test_signature_matches_twilios_documented_example():
+    # The example request of Twilio's security docs, with its published signature.
+    params = {"CallSid": "CA1234567890ABCDE", "Caller": "+12349013030", "Digits": "1234",
+              "From": "+12349013030", "To": "+18005551212"}
+    url = "https://mycompany.com/myapp.php?foo=1&bar=2"
+    assert twilio.compute_signature("12345", url, params) == "0/KCTR6DLpKmkAf8muzZqo1nDgQ="
+    assert twilio.signature_valid("12345", "0/KCTR6DLpKmkAf8muzZqo1nDgQ=", url, params)
+    assert not twilio.signature_valid("12345", "0/KCTR6DLpKmkAf8muzZqo1nDgQ=", url, {**params, "Digits": "9"})
+    assert not twilio.signature_valid("12345", None, url, params)
+    # a proxy that adds the default port does not break it
+    assert twilio.signature_valid("12345", "0/KCTR6DLpKmkAf8muzZqo1nDgQ=",
+                                  "https://mycompany.com:443/myapp.php?foo=1&bar=2", params)
+
+
+def test_twiml_connects_a_bidirectional_stream():
+    twiml = twilio.connect_stream_twiml("wss://voice.example.com/telephony/twilio")
+    assert twiml.endswith('<Response><Connect><Stream url="wss://voice.example.com/telephony/twilio"/>'
+                          "</Connect></Response>")
+
+
+def test_start_with_another_media_format_is_refused():
+    message = {"event": "start", "start": {"streamSid": "MZ1", "mediaFormat": {
+        "encoding": "audio/x-l16", "sampleRate": 16000, "channels": 1}}}
+    with pytest.raises(twilio.ProtocolError, match="audio/x-mulaw at 8000 Hz"):
+        twilio.parse_start(message)
+
+
+# --- a live server --------------------------------------------------------------------------------------------
+
+
+@contextmanager
+def serve(app):
+    """The app on a free localhost port in a thread; yields "127.0.0.1:PORT"."""
+    with serve_in_thread(app) as url:
+        yield url.removeprefix("http://")
+
+
+@pytest.fixture(scope="module")
+def speech(transcriber, synthesizer):
+    return transcriber, synthesizer
+
+
+@pytest.fixture(scope="module")
+def phone(speech):
+    """A server with the real speech models and the scripted LLM; yields (host, app, engine)."""
+    asr, tts = speech
+    engine = FakeEngine(script, block_words=4)
+    toolbox = FakeToolbox({"end_call": {"ok": True}, "transfer_to_human": {"ok": True}})
+    services = Services(asr, tts, engine, toolbox, system_prompt=None, ready=True)
+    app = create_app(Settings(max_sessions=2), services)
+    with serve(app) as host:
+        yield host, app, engine
+    services.shutdown()
+
+
+@pytest.fixture(scope="module")
+def signed():
+    """A server that requires X-Twilio-Signature; no models (these calls never speak)."""
+    services = Services(None, None, FakeEngine(script), FakeToolbox(), system_prompt=None, ready=True)
+    app = create_app(Settings(twilio_auth_token=TOKEN, public_host="voice.example.com", max_sessions=2), services)
+    with serve(app) as host:
+        yield host, app
+    services.shutdown()
+
+
+# --- a call ---------------------------------------------------------------------------------------------------
+
+
+def test_call_answers_marks_what_was_heard_and_clears_on_barge_in(phone, speech, monkeypatch):
+    host, app, engine = phone
+    asr, tts = speech
+    question = speak_8k(tts, "What time do you open tomorrow?")
+    interruption = speak_8k(tts, "Sorry, one more question.")
+    speech_starts: list[float] = []   # perf_counter when the server's turn detector declared speech_start
+    original = Session._on_speech_start
+
+    async def record_speech_start(self, event):
+        speech_starts.append(time.perf_counter())
+        await original(self, event)
+
+    monkeypatch.setattr(Session, "_on_speech_start", record_speech_start)
+    engine.calls.clear()
+    ignored_before = dict(telephony_stats(app).ignored)
+
+    async def call() -> tuple[TwilioSimulator, list[np.ndarray]]:
+        async with connect(f"ws://{host}/telephony/twilio") as ws:
+            sim = TwilioSimulator(ws)
+            await sim.start()
+            # junk a flaky integration might deliver mid-call: each is ignored and counted, the call goes on
+            await sim.send("this is not JSON")
+            await sim.send({"event": "bogus", "streamSid": sim.stream_sid})
+            await sim.send({"event": "media", "streamSid": sim.stream_sid, "media": {"payload": "%%not base64%%"}})
+            sim.say(question)
+            await wait_until(lambda: sim.echoed, 30, "the first reply chunk to be played (its mark echoed)")
+            sim.say(interruption)   # the caller talks over the rest of the reply
+            await wait_until(lambda: sim.events("clear"), 10, "clear after the barge-in")
+            first_reply = list(sim.heard)
+            await wait_until(lambda: len(engine.calls) >= 2, 20, "the interruption's turn")
+            marks_after_clear = lambda: [n for t, n in sim.echoed if t > sim.events("clear")[0][0]]  # noqa: E731
+            await wait_until(marks_after_clear, 20, "the second reply to be played")
+            await sim.finish()
+            return sim, first_reply
+
+    sim, first_reply = asyncio.run(call())
+
+    # the question went in as 8 kHz mu-law and came out of the ASR
+    assert "open" in last_user(engine.calls[0]).lower()
+    # media frames: 20 ms of mu-law at 8 kHz each, and the reply is speech, not silence
+    for _, message in sim.events("media"):
+        assert len(base64.b64decode(message["media"]["payload"])) == twilio.TWILIO_FRAME_SAMPLES
+    assert voiced_seconds(first_reply) > 1.0
+    heard_16k = resample(np.concatenate(first_reply), twilio.TWILIO_RATE_HZ, SAMPLE_RATE_HZ)
+    assert "open at" in asr.transcribe(heard_16k).lower()
+    # marks: one per reply chunk, named by chunk id; barge-in clear within 100 ms of the server's speech_start
+    assert sim.events("mark") and all(m["mark"]["name"].isdigit() for _, m in sim.events("mark"))
+    t_clear = sim.events("clear")[0][0]
+    t_start = max(t for t in speech_starts if t <= t_clear)
+    assert t_clear - t_start < 0.100, f"clear came {1000 * (t_clear - t_start):.0f} ms after speech_start"
+    # only what the caller heard (chunks whose marks came back before the clear) stays in the history
+    kept = [m["content"] for m in engine.calls[1] if m["role"] == "assistant"][-1]
+    played = len([name for t, name in sim.echoed if t < t_clear])   # one chunk per sentence of REPLY_HOURS
+    sentences = [s if s.endswith(".") else s + "." for s in REPLY_HOURS.split(". ")]
+    # (a mark echoed in the same millisecond as the server's barge-in may miss it: then one chunk less)
+    heard = {" ".join(sentences[:played]), " ".join(sentences[:played - 1])}
+    assert played < len(sentences) and kept in heard, (kept, played)
+    # the junk was counted, the call ended cleanly, nothing leaked
+    ignored = {k: v - ignored_before.get(k, 0) for k, v in telephony_stats(app).ignored.items()}
+    assert ignored.get("non_json") == 1 and ignored.get("unknown_event") == 1 and ignored.get("bad_payload") == 1
+    assert sim.close_code == 1000
+    assert not app.state.calls
+
+
+def test_transfer_reaches_the_integrator_and_end_call_hangs_up_once_the_goodbye_was_heard(phone, speech):
+    host, app, engine = phone
+    _, tts = speech
+    events: list[dict] = []
+    times: list[float] = []     # perf_counter of each event
+
+    async def hook(info, event):
+        assert info.call_sid == "CAsim" and info.custom_parameters == {"caller": "test"}
+        events.append(event)
+        times.append(time.perf_counter())
+
+    set_call_event_hook(app, hook)
+
+    async def call() -> TwilioSimulator:
+        async with connect(f"ws://{host}/telephony/twilio") as ws:
+            sim = TwilioSimulator(ws)
+            await sim.start()
+            sim.say(speak_8k(tts, "Can I talk to a human, please?"))
+            await wait_until(lambda: {"type": "control", "action": "transfer_to_human"} in events, 40, "the transfer")
+            assert sim.close_code is None          # a transfer is the integrator's move: the call stays up
+            sim.say(speak_8k(tts, "Never mind. Thanks, that is all. Goodbye."))
+            await wait_until(lambda: sim.close_code is not None, 40, "the agent to hang up")
+            return sim
+
+    try:
+        sim = asyncio.run(call())
+    finally:
+        set_call_event_hook(app, None)
+    assert sim.close_code == 1000
+    sent = [m["mark"]["name"] for _, m in sim.events("mark")]
+    assert sent and [name for _, name in sim.echoed] == sent     # every reply chunk was played ...
+    assert 0 <= sim.closed_at - sim.echoed[-1][0] < 1.0          # ... and the hang-up followed the goodbye's mark
+    t_transfer = times[events.index({"type": "control", "action": "transfer_to_human"})]
+    goodbye = [chunk for t, chunk in sim.heard_at if t > t_transfer]
+    assert voiced_seconds(goodbye) > 0.8
+    kinds = [e["type"] for e in events]
+    assert kinds[0] == "call" and kinds[-1] == "call" and kinds.count("control") == 2
+    assert [e["name"] for e in events if e["type"] == "tool"] == ["transfer_to_human", "end_call"]
+    assert not app.state.calls
+
+
+def test_callers_who_hang_up_at_any_moment_leave_no_session_behind(phone, speech):
+    # Hang-ups at every stage of a turn: while speaking, while the agent thinks, mid-reply, and after a goodbye
+    # whose marks never come back (the phone went away), so the agent is still waiting to hang up itself. Each
+    # call must close its socket and leave the session count; with the 2-session cap, one leak shows at once.
+    host, app, _ = phone
+    _, tts = speech
+    hours, goodbye = speak_8k(tts, "What time do you open?"), speak_8k(tts, "That is all, goodbye.")
+
+    async def call(words, plays: bool, hang_up_after_s: float):
+        async with connect(f"ws://{host}/telephony/twilio") as ws:
+            sim = TwilioSimulator(ws, plays=plays)
+            await sim.start()
+            sim.say(words)
+            await asyncio.sleep(len(words) / twilio.TWILIO_RATE_HZ + hang_up_after_s)
+            await sim.finish()          # `stop`, then the server must close the socket within 10 s
+            return sim
+
+    async def churn():
+        for after_s in (0.0, 0.5, 1.0, 1.5, 2.5):
+            sims = await asyncio.gather(call(hours, True, after_s), call(goodbye, False, after_s))
+            assert all(sim.close_code == 1000 for sim in sims), [sim.close_code for sim in sims]
+            await wait_until(lambda: not app.state.calls, 2, "every call to be closed")
+
+    asyncio.run(churn())
+    assert asyncio.run(healthz(host))["sessions"] == 0
+
+
+def test_a_fault_in_one_calls_model_ends_that_call_and_the_other_goes_on(speech):
+    asr, tts = speech
+
+    def faulty(messages):
+        if "open" in last_user(messages).lower():
+            raise RuntimeError("injected fault")
+        return script(messages)
+
+    services = Services(asr, tts, FakeEngine(faulty), FakeToolbox({"transfer_to_human": {"ok": True}}),
+                        system_prompt=None, ready=True)
+    app = create_app(Settings(max_sessions=2), services)
+    events: dict[str, list[dict]] = {"MZfaulty": [], "MZfine": []}
+
+    async def hook(info, event):
+        events[info.stream_sid].append(event)
+
+    set_call_event_hook(app, hook)
+
+    async def calls(host):
+        async with connect(f"ws://{host}/telephony/twilio") as a, connect(f"ws://{host}/telephony/twilio") as b:
+            faulty_call, fine_call = TwilioSimulator(a, "MZfaulty"), TwilioSimulator(b, "MZfine")
+            await faulty_call.start()
+            await fine_call.start()
+            faulty_call.say(speak_8k(tts, "What time do you open?"))
+            fine_call.say(speak_8k(tts, "Can I talk to a human, please?"))
+            await wait_until(lambda: faulty_call.close_code is not None, 30, "the faulty call to end")
+            await wait_until(lambda: {"type": "control", "action": "transfer_to_human"} in events["MZfine"], 30,
+                             "the other call's transfer")
+            assert fine_call.close_code is None and len(app.state.calls) == 1
+            await fine_call.finish()
+            return faulty_call, fine_call
+
+    with serve(app) as host:
+        faulty_call, fine_call = asyncio.run(calls(host))
+        exposed = httpx.get(f"http://{host}/metrics").text
+    services.shutdown()
+    assert sample(exposed, "parley_sessions_total", transport="twilio") == 2
+    assert sample(exposed, "parley_sessions_failed_total", transport="twilio") == 1
+    assert sample(exposed, "parley_errors_total", kind="turn") == 1
+    assert sample(exposed, "parley_sessions_active", transport="twilio") == 0
+    assert faulty_call.close_code == 1011
+    errors = [e["message"] for e in events["MZfaulty"] if e["type"] == "error"]
+    assert errors == ["turn failed: injected fault"], events["MZfaulty"]
+    assert not any(e["type"] == "error" for e in events["MZfine"]) and fine_call.close_code == 1000
+    assert not app.state.calls
+
+
+async def healthz(host: str) -> dict:
+    async with httpx.AsyncClient() as client:
+        return (await client.get(f"http://{host}/healthz")).json()
+
+
+# --- bad input ------------------------------------------------------------------------------------------------
+
+
+def start_message(stream_sid: str = "MZbad") -> str:
+    return json.dumps({"event": "start", "streamSid": stream_sid, "start": {
+        "streamSid": stream_sid, "callSid": "CAbad",
+        "mediaFormat": {"encoding": "audio/x-mulaw", "sampleRate": 8000, "channels": 1}}})
+
+
+def silence_message(stream_sid: str = "MZbad") -> str:
+    payload = base64.b64encode(pcm_to_mulaw(np.zeros(160, dtype=np.int16))).decode()
+    return json.dumps({"event": "media", "streamSid": stream_sid, "media": {"payload": payload}})
+
+
+STOP = json.dumps({"event": "stop", "streamSid": "MZbad"})
+
+
+def run_messages(host: str, messages: list[str]) -> tuple[int | None, str]:
+    """Send the messages in order, then wait for the server to close; returns (close code, reason)."""
+    async def go():
+        async with connect(f"ws://{host}/telephony/twilio", max_size=None) as ws:
+            for message in messages:
+                await ws.send(message)
+            try:
+                await asyncio.wait_for(ws.wait_closed(), 10)
+            except asyncio.TimeoutError:
+                raise AssertionError("the server did not end the call") from None
+            return ws.close_code, ws.close_reason
+
+    return asyncio.run(go())
+
+
+@pytest.mark.parametrize("kind, junk", [
+    ("non_json", "{this is not json"),
+    ("unknown_event", json.dumps({"event": "teleport", "streamSid": "MZbad"})),
+    ("bad_payload", json.dumps({"event": "media", "streamSid": "MZbad", "media": {"payload": "@@@=="}})),
+])
+def test_bad_message_during_a_call_is_ignored_and_counted(phone, kind, junk):
+    host, app, _ = phone
+    before = telephony_stats(app).ignored[kind]
+    # junk between two good media frames; the call then ends normally on `stop`
+    code, _ = run_messages(host, [start_message(), silence_message(), junk, silence_message(), STOP])
+    assert code == 1000
+    assert telephony_stats(app).ignored[kind] == before + 1
+    assert not app.state.calls
+
+
+def test_media_before_start_is_ignored_and_counted(phone):
+    host, app, _ = phone
+    before = telephony_stats(app).ignored["media_before_start"]
+    code, _ = run_messages(host, [silence_message(), silence_message(), start_message(), silence_message(), STOP])
+    assert code == 1000
+    assert telephony_stats(app).ignored["media_before_start"] == before + 2
+    assert not app.state.calls
+
+
+def test_message_over_64_kib_closes_the_socket_with_a_reason(phone):
+    host, app, _ = phone
+    huge = json.dumps({"event": "media", "streamSid": "MZbad", "media": {"payload": "A" * (64 * 1024)}})
+    code, reason = run_messages(host, [start_message(), silence_message(), huge, silence_message()])
+    assert code == 1009 and "65536" in reason
+    assert not app.state.calls
+
+
+def test_a_call_over_max_sessions_hears_an_apology_and_a_late_stream_gets_503(phone):
+    host, app, _ = phone
+    refused_before = app.state.metrics.refused.labels("twilio", "busy")._value.get()
+
+    async def go():
+        url = f"ws://{host}/telephony/twilio"
+        async with connect(url) as first, connect(url) as second:
+            await wait_until(lambda: len(app.state.calls) == 2, 5, "two live calls")
+            async with httpx.AsyncClient() as client:   # the third call's webhook: spoken, then hung up
+                started = time.perf_counter()
+                webhook = await client.post(f"http://{host}/telephony/twilio/voice", data={"CallSid": "CA3"})
+                webhook_ms = (time.perf_counter() - started) * 1000
+            with pytest.raises(InvalidStatus) as refused:   # a stream that comes anyway (a race): 503
+                async with connect(f"ws://{host}/telephony/twilio"):
+                    pass
+            for ws in (first, second):
+                await ws.send(STOP)
+                await asyncio.wait_for(ws.wait_closed(), 10)
+            return webhook, webhook_ms, refused.value.response
+
+    webhook, webhook_ms, response = asyncio.run(go())
+    assert webhook.status_code == 200 and webhook.headers["content-type"].startswith("text/xml")
+    assert "<Say>Sorry, all our lines are busy" in webhook.text and "<Hangup/>" in webhook.text
+    assert "<Connect>" not in webhook.text and webhook_ms < 100, webhook_ms
+    assert response.status_code == 503 and b"busy" in response.body
+    assert app.state.metrics.refused.labels("twilio", "busy")._value.get() == refused_before + 2
+    assert not app.state.calls
+
+
+# --- signatures -------------------------------------------------------------------------------------------------
+
+
+def test_voice_webhook_returns_twiml_for_a_signed_request(signed):
+    import httpx
+
+    host, app = signed
+    public_host = app.state.settings.public_host
+    form = {"CallSid": "CA42", "From": "+15550100", "To": "+15550199"}
+    signature = twilio.compute_signature(TOKEN, f"https://{public_host}/telephony/twilio/voice", form)
+    url = f"http://{host}/telephony/twilio/voice"
+    ok = httpx.post(url, data=form, headers={twilio.SIGNATURE_HEADER: signature})
+    assert ok.status_code == 200 and ok.headers["content-type"].startswith("text/xml")
+    assert f'<Connect><Stream url="wss://{public_host}/telephony/twilio"/></Connect>' in ok.text
+    for headers in ({}, {twilio.SIGNATURE_HEADER: signature[:-4] + "AAA="}):
+        refused = httpx.post(url, data=form, headers=headers)
+        assert refused.status_code == 403 and twilio.SIGNATURE_HEADER in refused.text
+    tampered = httpx.post(url, data={**form, "To": "+15550123"}, headers={twilio.SIGNATURE_HEADER: signature})
+    assert tampered.status_code == 403
+
+
+def test_stream_with_a_valid_signature_is_accepted(signed):
+    host, app = signed
+    calls_before = telephony_stats(app).calls
+    signature = twilio.compute_signature(TOKEN, f"wss://{app.state.settings.public_host}/telephony/twilio")
+
+    async def go():
+        async with connect(f"ws://{host}/telephony/twilio",
+                           additional_headers={twilio.SIGNATURE_HEADER: signature}) as ws:
+            await ws.send(start_message())
+            await ws.send(STOP)
+            await asyncio.wait_for(ws.wait_closed(), 10)
+            return ws.close_code
+
+    assert asyncio.run(go()) == 1000
+    assert telephony_stats(app).calls == calls_before + 1
+
+
+@pytest.mark.parametrize("signature", [None, "d3JvbmcgYnV0IHdlbGwgZm9ybWVkIQ=="])
+def test_stream_without_a_valid_signature_gets_403_and_no_session(signed, signature, monkeypatch):
+    host, app = signed
+    created = []
+    monkeypatch.setattr(Session, "__init__", lambda self, *a, **k: created.append(self))
+    stats = telephony_stats(app)
+    calls_before, refused_before = stats.calls, stats.refused["signature"]
+    headers = {twilio.SIGNATURE_HEADER: signature} if signature else {}
+
+    async def go():
+        async with connect(f"ws://{host}/telephony/twilio", additional_headers=headers):
+            pass
+
+    with pytest.raises(InvalidStatus) as refused:
+        asyncio.run(go())
+    assert refused.value.response.status_code == 403
+    assert stats.calls == calls_before and stats.refused["signature"] == refused_before + 1
+    assert not created and not app.state.calls
+
+
+def test_the_load_generator_times_every_turn_from_the_callers_side(phone, speech):
+    from app.loadtest import capacity, churn, percentile, run_level, table
+
+    host, app, _ = phone
+    _, tts = speech
+    questions = [speak_8k(tts, "What time do you open?"), speak_8k(tts, "Is there anything else?")]
+    row = asyncio.run(run_level(f"http://{host}", 2, questions, turns=2, timeout_s=30))
+    assert row["turns"] == row["answered"] == 4 and not row["dropped"] and not row["not_closed"]
+    # the caller waits at least the server's end-of-turn silence, and far less than the timeout
+    assert 600 <= row["p50"] <= row["p95"] < 10_000, row
+    assert row["rss_mb"] > 0 and row["fds"] > 0 and row["threads"] > 0 and row["sessions_after"] == 0
+    assert "| twilio | 2 | 4 | 4 |" in table([row])
+    assert capacity([row]) == (2 if row["p95"] <= 1500 else 0)
+    assert capacity([dict(row, answered=3)]) == 0
+    assert percentile([1.0, 2.0, 3.0, 4.0], 0.5) == 2.0 and percentile([1.0, 2.0, 3.0, 4.0], 0.95) == 4.0
+    report = asyncio.run(churn(f"http://{host}", questions[1], cycles=4, parallel=2))
+    assert "not closed by the server: 0; sessions left: 0" in report, report

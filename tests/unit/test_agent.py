@@ -1,0 +1,164 @@
+"""The agent loop: streaming, tool calls fed back, markup never spoken, cancellation and barge-in history."""
+import json
+import threading
+
+from app.agent.loop import Agent
+from app.agent.options import AgentOptions
+from app.agent.protocol import format_tool_call, parse_tool_calls, tool_message
+from app.agent.speech_filter import SpeechFilter
+from tests.fakes import FakeEngine, FakeToolbox, last_user
+
+
+def booking_script(messages):
+    last = messages[-1]
+    if last["role"] == "tool":
+        result = json.loads(last["content"])["result"]
+        return f"You're booked for {result['time']} on {result['day']}." if result["ok"] else f"Sorry, {result['error']}."
+    return format_tool_call("book_appointment", {"name": "Ana", "day": "monday", "time": "15:30"})
+
+
+def test_plain_reply_streams_blocks_and_records_history():
+    engine = FakeEngine(lambda m: "Hello there, how can I help you today?", block_words=2)
+    agent = Agent(engine, FakeToolbox(), "Front desk.")
+    seen = []
+    turn = agent.respond("hi", on_text=seen.append)
+    assert len(seen) >= 3 and "".join(seen).strip() == turn.reply == "Hello there, how can I help you today?"
+    assert agent.messages == [{"role": "user", "content": "hi"}, {"role": "assistant", "content": turn.reply}]
+    assert engine.calls[0][0] == {"role": "system", "content": "Front desk."}
+
+
+def test_tool_call_runs_and_result_is_fed_back():
+    toolbox = FakeToolbox({"book_appointment": {"ok": True, "day": "Monday 7 December", "time": "15:30"}})
+    engine = FakeEngine(booking_script, block_words=3)
+    agent = Agent(engine, toolbox, None)
+    spoken, tools = [], []
+    turn = agent.respond("book me monday at half past three, I'm Ana", on_text=spoken.append, on_tool=tools.append)
+    assert toolbox.calls == [("book_appointment", {"name": "Ana", "day": "monday", "time": "15:30"})]
+    assert [t.name for t in tools] == ["book_appointment"] and turn.tool_calls[0].result["ok"]
+    assert engine.calls[1][-1] == tool_message("book_appointment", toolbox.results["book_appointment"])
+    assert turn.reply == "You're booked for 15:30 on Monday 7 December."
+    assert "<tool_call>" not in "".join(spoken) and "booked" in "".join(spoken)
+    assert [m["role"] for m in agent.messages] == ["user", "assistant", "tool", "assistant"]
+
+
+def test_refused_tool_result_reaches_the_model():
+    toolbox = FakeToolbox({"book_appointment": {"ok": False, "error": "we are closed on Sunday"}})
+    agent = Agent(FakeEngine(booking_script), toolbox, None)
+    assert agent.respond("book sunday").reply == "Sorry, we are closed on Sunday."
+
+
+def test_markup_split_across_blocks_is_never_spoken():
+    spoken = []
+    speech = SpeechFilter(spoken.append)
+    text = 'Sure. <tool_call>{"name":"x","arguments":{}}</tool_call> Done.'
+    for i in range(0, len(text), 5):
+        speech.feed(text[i:i + 5])
+    assert "".join(spoken).split() == ["Sure.", "Done."]
+
+
+def test_bad_tool_json_is_reported_to_the_model_not_raised():
+    replies = iter(["<tool_call>{not json</tool_call>", "Sorry, something went wrong."])
+    engine = FakeEngine(lambda m: next(replies))
+    agent = Agent(engine, FakeToolbox(), None)
+    turn = agent.respond("book")
+    assert turn.tool_calls[0].result["ok"] is False and "not valid JSON" in turn.tool_calls[0].result["error"]
+    assert turn.reply == "Sorry, something went wrong."
+
+
+def test_tool_rounds_are_bounded():
+    engine = FakeEngine(lambda m: format_tool_call("current_datetime", {}))
+    agent = Agent(engine, FakeToolbox({"current_datetime": {"ok": True}}), None, AgentOptions(max_tool_rounds=2))
+    turn = agent.respond("what time is it")
+    assert len(turn.tool_calls) == 3 and len(engine.calls) == 3
+
+
+def test_cancel_stops_generation_and_truncation_keeps_what_was_heard():
+    cancel = threading.Event()
+    engine = FakeEngine(lambda m: "one two three four five six seven eight", block_words=2)
+    agent = Agent(engine, FakeToolbox(), None)
+
+    def on_text(piece):
+        if "three" in piece:
+            cancel.set()
+
+    turn = agent.respond("count", on_text=on_text, cancel=cancel)
+    assert turn.cancelled and turn.reply == "one two three four"
+    agent.truncate_last_reply("one two")
+    assert agent.messages[-1] == {"role": "assistant", "content": "one two"}
+    agent.truncate_last_reply("")
+    assert agent.messages[-1]["role"] == "user"
+
+
+def test_prompt_keeps_the_last_user_turns_only():
+    agent = Agent(FakeEngine(lambda m: "ok"), FakeToolbox(), "S", AgentOptions(max_history_turns=2))
+    for i in range(4):
+        agent.respond(f"turn {i}")
+    prompt = agent.prompt()
+    assert [m["content"] for m in prompt if m["role"] == "user"] == ["turn 2", "turn 3"]
+    assert prompt[0]["role"] == "system"
+
+
+def test_parse_tool_calls_separates_speech():
+    calls, spoken = parse_tool_calls('Let me check. <tool_call>{"name":"a","arguments":{"x":1}}</tool_call>')
+    assert calls == [("a", {"x": 1})] and spoken == "Let me check."
+    assert parse_tool_calls("Booking <tool_call>{\"name\":") == ([("", {"raw": "{\"name\":"})], "Booking")
+
+
+def test_an_unfinished_tool_call_is_reported_to_the_model_not_dropped():
+    """A call that never closes (a name that ran on to the end of the canvas) gets an error back and a second
+    generation, so the caller hears a reply instead of silence."""
+    replies = iter(['<tool_call>{"name":"book_appointment","arguments":{"name":"Noah I I I', "Sorry, say that again?"])
+    agent = Agent(FakeEngine(lambda m: next(replies)), FakeToolbox(), None)
+    turn = agent.respond("This is Noah calling. A haircut on Friday at 3:30 p.m.?")
+    assert [c.name for c in turn.tool_calls] == [""] and turn.tool_calls[0].result["ok"] is False
+    assert agent.messages[-1] == {"role": "assistant", "content": "Sorry, say that again?"}
+    assert turn.reply == "Sorry, say that again?"
+
+
+def test_checkpoint_decoding_preferences_reach_the_engine(tmp_path):
+    from app.agent.options import agent_options_for
+
+    (tmp_path / "generation_config.json").write_text(json.dumps({"block_length": 1, "cache": "left", "other": 3}))
+    options = agent_options_for(tmp_path)
+    assert (options.block_length, options.cache, options.threshold) == (1, "left", AgentOptions.threshold)
+    engine = RecordingEngine()
+    Agent(engine, FakeToolbox(), None, options).respond("Hi.")
+    assert engine.kwargs["use_cache"] == "left" and engine.kwargs["block_length"] == 1
+    assert agent_options_for(tmp_path / "missing").cache == "prefix"
+
+
+class RecordingEngine(FakeEngine):
+    def __init__(self):
+        super().__init__(lambda m: "Hello.")
+
+    def generate(self, messages, **kwargs):
+        self.kwargs = kwargs
+        return super().generate(messages, **kwargs)
+
+
+class SmallContextEngine(FakeEngine):
+    """A model whose context holds `context` words of prompt and reply (one word, one token)."""
+
+    def __init__(self, context: int):
+        super().__init__(lambda m: "Okay.")
+        self.model = type("M", (), {"args": type("A", (), {"max_sequence_length": context})()})()
+
+    def fits(self, messages, max_new_tokens):
+        return sum(len(m["content"].split()) for m in messages) + max_new_tokens <= self.model.args.max_sequence_length
+
+
+def test_a_call_of_any_length_keeps_what_fits_and_moves_its_window_rarely():
+    """max_history_turns 0: every turn while they fit; then the window moves past the oldest turns until half the
+    context is free, so the following turns share the prompt's start (and so its KV cache)."""
+    engine = SmallContextEngine(context=60)
+    agent = Agent(engine, FakeToolbox(), "sys", AgentOptions(max_new_tokens=10, max_history_turns=0))
+    firsts = []
+    for n in range(40):
+        agent.respond(f"question number {n}")
+        prompt = engine.calls[-1]
+        assert prompt[0] == {"role": "system", "content": "sys"} and prompt[-1]["content"] == f"question number {n}"
+        assert engine.fits(prompt, 10)
+        firsts.append(prompt[1]["content"])
+    assert firsts[:8] == ["question number 0"] * 8  # nothing dropped while it fits
+    moves = sum(a != b for a, b in zip(firsts, firsts[1:]))
+    assert 3 <= moves <= 10  # the window moved several turns at a time, not every turn

@@ -1,0 +1,201 @@
+"""The training-data generator: deterministic, grounded in real tool results, held-out split disjoint."""
+import json
+import random
+import re
+from datetime import datetime
+
+import pytest
+
+from app.agent.heard import NOT_NAMES
+from app.agent.profile import load_profile
+from app.agent.protocol import TOOL_CALL_OPEN
+from app.agent.tools import parse_time
+from app.training.dialogues import cases, examples, generate, phrases, templates, variants
+from app.training.dialogues.replies import facts
+from app.training.dialogues.script import Script
+
+
+@pytest.fixture(scope="module")
+def profile():
+    return load_profile(None)
+
+
+@pytest.fixture(scope="module")
+def train(profile):
+    return generate(profile, "train", 400, seed=1)
+
+
+@pytest.fixture(scope="module")
+def heldout(profile):
+    return generate(profile, "heldout", 150, seed=1)
+
+
+def test_same_seed_same_dialogues(profile, train):
+    again = generate(profile, "train", 400, seed=1)
+    assert [d.messages for d in again] == [d.messages for d in train]
+    assert [d.messages for d in generate(profile, "train", 20, seed=2)] != [d.messages for d in train[:20]]
+
+
+def _user_texts(dialogues):
+    return {m["content"] for d in dialogues for m in d.messages if m["role"] == "user"}
+
+
+def _call_args(dialogues, key):
+    values = set()
+    for d in dialogues:
+        for m in d.messages:
+            if m["role"] == "assistant" and m["content"].startswith(TOOL_CALL_OPEN):
+                args = json.loads(m["content"][len(TOOL_CALL_OPEN):-len("</tool_call>")])["arguments"]
+                if key in args:
+                    values.add(args[key].split()[0])
+    return values
+
+
+def test_heldout_phrasings_and_names_are_unseen_in_training(train, heldout):
+    heldout_texts = _user_texts(heldout) - {"Goodbye.", "Bye."}
+    overlap = heldout_texts & _user_texts(train)
+    # only bare one-word answers ("Tomorrow.") may coincide
+    assert all(len(t.split()) <= 2 for t in overlap), sorted(overlap)[:10]
+    heldout_names, train_names = _call_args(heldout, "name"), _call_args(train, "name")
+    assert heldout_names and not heldout_names & train_names
+    assert set(phrases.split_items(phrases.FIRST_NAMES, "heldout")).isdisjoint(
+        phrases.split_items(phrases.FIRST_NAMES, "train"))
+
+
+def test_training_variants_widen_the_train_split_only(profile):
+    """With variants, training draws from hundreds of extra phrasings (app.training.dialogues.variants); none is within one
+    word of a held-out phrasing, none says "thanks", and the held-out split is the same dialogues either way."""
+    everything = [v for patterns in variants.PATTERNS.values() for p in patterns for v in variants.expand(p)]
+    kept = [v for name in variants.PATTERNS for v in variants.more(variants.template_list(name))]
+    assert len(kept) > 800
+    held = [variants._words(x) for x in variants.heldout_items()]
+    assert "Could you set up an appointment for me" in variants.heldout_items()
+    assert any(variants.near_heldout(v, held) for v in everything)  # the filter had something to drop
+    assert not any(variants.near_heldout(v, held) for v in kept)
+    assert not any("thanks" in v.lower() for v in kept)
+
+    def said(dialogues):
+        return [m["content"] for d in dialogues for m in d.messages if m["role"] == "user"]
+
+    def phone_variants(dialogues):
+        return sum(any(v.lower() in text.lower() for v in variants.more(templates.PHONE)) for text in said(dialogues))
+
+    assert phone_variants(generate(profile, "train", 400, seed=1, variants=True)) >= 3
+    assert phone_variants(generate(profile, "train", 400, seed=1)) == 0
+    assert said(generate(profile, "heldout", 60, seed=3, variants=True)) == said(generate(profile, "heldout", 60, seed=3))
+
+
+def test_made_up_names_with_variants_are_never_words_the_grammar_refuses_as_names(profile):
+    script = Script(profile, "train", random.Random(0), datetime(2026, 3, 2, 10, 0), variants=True)
+    names = [script.made_up_name() for _ in range(20000)]
+    assert len(set(names)) > 5000 and not set(names) & NOT_NAMES
+
+
+def test_callers_add_courtesies_and_each_split_has_its_own(train, heldout):
+    """Some requests and answers end with a courtesy ("Noah, thank you."); "thanks" is a held-out one."""
+    def courtesies(dialogues):
+        found = set()
+        for d in dialogues:
+            for m, intent in zip([m for m in d.messages if m["role"] == "user"], d.intents):
+                if intent not in ("thanks", "goodbye", "greeting", "how_are_you"):
+                    found |= {t for t in phrases.TAILS if m["content"].lower().endswith(f", {t}.")
+                              or m["content"].endswith(f"? {t.capitalize()}.")}
+        return found
+
+    assert courtesies(train) == set(phrases.split_items(phrases.TAILS, "train"))
+    assert courtesies(heldout) == set(phrases.split_items(phrases.TAILS, "heldout")) == {"thanks", "thanks so much"}
+
+
+def test_every_tool_call_is_followed_by_its_real_result_and_a_grounded_reply(train):
+    n_calls = 0
+    for d in train:
+        for i, m in enumerate(d.messages):
+            if m["role"] == "assistant" and m["content"].startswith(TOOL_CALL_OPEN):
+                tool = d.messages[i + 1]
+                assert tool["role"] == "tool"
+                result = json.loads(tool["content"])["result"]
+                reply = d.messages[i + 2]["content"]
+                assert all(f.lower() in reply.lower() for f in facts(json.loads(tool["content"])["name"], result))
+                if not result["ok"]:
+                    assert reply.startswith("I'm sorry")  # a refusal is explained, never confirmed
+                n_calls += 1
+    assert n_calls > 300
+
+
+def test_refusals_of_every_kind_occur(train):
+    errors = " ".join(json.loads(m["content"])["result"].get("error", "")
+                      for d in train for m in d.messages if m["role"] == "tool")
+    for reason in ("is already taken", "we're open", "closed on", "don't offer", "has already passed"):
+        assert reason in errors
+
+
+def test_times_in_calls_are_24_hour_and_match_what_was_said(train):
+    for d in train:
+        for m in d.messages:
+            if m["role"] == "assistant" and m["content"].startswith(TOOL_CALL_OPEN):
+                args = json.loads(m["content"][len(TOOL_CALL_OPEN):-len("</tool_call>")])["arguments"]
+                if "time" in args:
+                    assert re.fullmatch(r"\d\d:\d\d", args["time"])
+
+
+def test_whisper_style_time_forms_normalize():
+    forms = phrases.time_forms(15, 30, ampm_implied=True)
+    for said in ("3:30 p.m.", "half past three", "three thirty", "3:30 in the afternoon"):
+        assert said in forms
+    assert "noon" in phrases.time_forms(12, 0, ampm_implied=True)
+    assert "10am" in phrases.time_forms(10, 0, ampm_implied=True)
+    assert parse_time("15:30").hour == 15
+
+
+def test_examples_and_cases_are_rendered_from_the_agent_messages(profile, heldout):
+    pairs = examples(heldout[:30], profile)
+    assert pairs and all(p[0][0] == {"role": "system", "content": "You answer calls for Maple Street Hair Studio."}
+                         for p in pairs)
+    assert all(p[0][-1]["role"] in ("user", "tool") for p in pairs)
+    held_cases = cases(heldout[:30])
+    assert sum(len(d.intents) for d in heldout[:30]) == len(held_cases)
+    booked = [c for c in held_cases if c.calls and c.calls[0][0] == "book_appointment"]
+    assert booked and all(set(c.calls[0][1]) == {"name", "day", "time", "service"} for c in booked)
+
+
+def test_evaluation_scores_a_perfect_and_a_wrong_agent(profile):
+    from app.training.evaluate import evaluate
+    from tests.fakes import FakeEngine
+
+    held = generate(profile, "heldout", 12, seed=5)
+    reference = {json.dumps(m): target for m, target in examples(held, profile)}
+    perfect = evaluate(FakeEngine(lambda messages: reference[json.dumps(messages)]), profile, 12, seed=5).summary()
+    assert perfect["tool_call_exact_match"] == 1.0 and perfect["grounded_replies"] == 1.0
+    assert perfect["no_call_accuracy"] == 1.0 and perfect["tool_call_turns"] > 5
+    never_calls = evaluate(FakeEngine(lambda messages: "Sure."), profile, 12, seed=5).summary()
+    assert never_calls["tool_call_exact_match"] == 0.0 and never_calls["no_call_accuracy"] == 1.0
+
+
+def test_the_adapt_recipes_dialogues_are_what_the_agent_writes_when_it_replays_them(profile):
+    """Train as you run: replayed through the real Agent (the embedded brain's options, real tools and store),
+    a model that writes the dialogue's assistant messages gets exactly the dialogue's history back, questions
+    for missing details included: the call that lacked them as the agent holds it, and what it was told."""
+    from app.agent.loop import Agent
+    from app.agent.options import AgentOptions
+    from app.agent.store import open_store
+    from app.agent.tools import Toolbox
+    from app.commands.adapt import DIALOGUES
+    from tests.fakes import FakeEngine
+
+    dialogues = generate(profile, "train", 60, seed=4, style=DIALOGUES)
+    asked = 0
+    for d in dialogues:
+        written = iter(m["content"] for m in d.messages if m["role"] == "assistant")
+        store = open_store(":memory:")
+        for name, service, start, duration in d.setup:
+            store.add(name, service, start, duration)
+        toolbox = Toolbox(profile, store, now=lambda d=d: d.now)
+        options = AgentOptions(cache="block", block_length=1, tool_grammar=False, max_history_turns=0)
+        agent = Agent(FakeEngine(lambda m: next(written), block_words=1000), toolbox, "system", options)
+        for m in d.messages:
+            if m["role"] == "user":
+                agent.respond(m["content"])
+        assert agent.messages == d.messages
+        asked += sum('"missing"' in m["content"] for m in d.messages if m["role"] == "tool")
+    assert asked >= 20
+    assert sum(sum(m["role"] == "user" for m in d.messages) >= 4 for d in dialogues) >= 10  # long calls too

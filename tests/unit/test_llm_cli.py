@@ -1,0 +1,45 @@
+"""`parley llm generate` and `parley llm bench` on a tiny random checkpoint."""
+import json
+
+import pytest
+
+from app.cli import main
+from tests.checkpoints import single_thread  # noqa: F401 (autouse)
+from tests.checkpoints import write_parley
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return write_parley(tmp_path_factory.mktemp("parley"))
+
+
+def test_generate_prints_reply_and_stats(model_dir, capsys):
+    assert main(["llm", "generate", "--model", str(model_dir), "--prompt", "Hello", "--max-new-tokens", "16",
+                 "--block-length", "8", "--steps", "4"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[-1].startswith("[") and "passes" in out[-1] and "stopped:" in out[-1]
+
+
+def test_bench_measures_every_method_against_the_baseline(model_dir, capsys):
+    assert main(["llm", "bench", "--model", str(model_dir), "--repeats", "1", "--max-new-tokens", "16",
+                 "--block-length", "8", "--steps", "2", "--ignore-eos", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    rows = {row["method"]: row for row in report["rows"]}
+    assert len(rows) == 7
+    baseline = rows["autoregressive (causal, KV cache)"]
+    assert baseline["speed_vs_ar"] == 1.0 and baseline["tokens_per_pass"] == 1.0 and baseline["tokens"] == 16
+    assert rows["steps 2/block, prefix cache"]["tokens_per_pass"] == 4.0
+    assert rows["steps 2/block, no cache"]["passes"] == 4
+
+
+def test_bench_prints_a_table(model_dir, capsys):
+    assert main(["llm", "bench", "--model", str(model_dir), "--repeats", "1", "--max-new-tokens", "8",
+                 "--block-length", "8"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1].split()[:3] == ["method", "passes", "tokens"] and len(lines) == 3 + 7
+
+
+def test_bad_model_directory_is_a_clear_error(tmp_path, capsys):
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "gpt2"}))
+    assert main(["llm", "generate", "--model", str(tmp_path)]) == 2
+    assert "unknown model_type 'gpt2'" in capsys.readouterr().err

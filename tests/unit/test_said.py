@@ -1,0 +1,177 @@
+"""The one rule for tool arguments the caller must have said (app.agent.said), and the agent asking instead of
+running a call whose detail nobody gave."""
+import json
+from datetime import datetime
+
+from app.agent.loop import Agent
+from app.agent.options import AgentOptions
+from app.agent.profile import load_profile
+from app.agent.protocol import format_tool_call
+from app.agent.said import held, is_said, unsaid
+from app.agent.store import open_store
+from app.agent.tools import SCHEMAS, Toolbox
+from tests.fakes import FakeEngine
+
+PROFILE = load_profile(None)
+
+
+def test_times_are_said_in_any_spoken_form():
+    assert is_said("15:30", ["Can I come at half past three in the afternoon?"])
+    assert is_said("15:30", ["3:30 pm works"])
+    assert not is_said("15:00", ["Can I come in tomorrow?"])
+
+
+def test_services_are_said_by_the_profiles_names_and_aliases():
+    assert is_said("beard trim", ["I need a beard shave"], PROFILE)
+    assert is_said("hair coloring", ["do you do highlights?"], PROFILE)
+    assert not is_said("hair coloring", ["I need a haircut"], PROFILE)
+
+
+def test_names_are_said_whatever_their_accents_and_case():
+    assert is_said("Sofía Ramírez", ["name is sofia ramirez"])
+    assert is_said("de la Cruz", ["It's Maria de la Cruz."])
+    assert not is_said("Maria Lopez", ["It's Maria."])
+
+
+def test_unsaid_reads_the_schema_marks_and_the_whole_conversation():
+    messages = [{"role": "system", "content": "Maple Street, 15:00, Anna"},
+                {"role": "user", "content": "A haircut tomorrow please, I'm Ana."},
+                {"role": "assistant", "content": "How about 4 PM?"},
+                {"role": "user", "content": "Sure."}]
+    args = {"name": "Ana", "day": "tomorrow", "time": "16:00", "service": "haircut"}
+    assert unsaid("book_appointment", args, SCHEMAS, messages, PROFILE) == []
+    assert unsaid("book_appointment", {**args, "time": "15:00"}, SCHEMAS, messages, PROFILE) == ["time"]
+    assert unsaid("book_appointment", {**args, "name": "Anna"}, SCHEMAS, messages, PROFILE) == ["name"]
+    assert unsaid("current_datetime", {}, SCHEMAS, messages, PROFILE) == []
+
+
+def _agent(replies: list[str]):
+    engine = FakeEngine(lambda messages: replies[min(len(engine.calls), len(replies)) - 1])
+    toolbox = Toolbox(PROFILE, open_store(":memory:"), now=lambda: datetime(2026, 3, 3, 9, 0))
+    options = AgentOptions(cache="block", block_length=4, tool_grammar=False)
+    return Agent(engine, toolbox, "system", options), engine
+
+
+def test_a_call_with_a_detail_nobody_gave_is_not_run_the_model_hears_what_is_missing_and_asks():
+    booking = format_tool_call("book_appointment", {"name": "Ana", "day": "tomorrow", "time": "15:00",
+                                                    "service": "haircut"})
+    agent, engine = _agent([booking, "What time tomorrow works for you?"])
+    turn = agent.respond("I'd like a haircut tomorrow, I'm Ana.")
+    assert turn.tool_calls == []
+    assert turn.reply == "What time tomorrow works for you?"
+    assert len(engine.calls) == 2
+    # the history holds the call as held (the unsaid time dropped) and what it lacked, in the schema's order
+    assert agent.messages[1]["content"] == format_tool_call("book_appointment", {"name": "Ana", "day": "tomorrow",
+                                                                                 "service": "haircut"})
+    assert json.loads(agent.messages[2]["content"]) == {"name": "book_appointment",
+                                                       "result": {"ok": False, "missing": ["time"]}}
+    assert engine.calls[1][-1] == agent.messages[2]  # the question was written after it
+
+
+def test_a_call_that_leaves_out_details_is_answered_with_the_first_missing_in_the_schemas_order():
+    booking = format_tool_call("book_appointment", {"name": "Ana"})
+    agent, _ = _agent([booking, "What service would you like?"])
+    turn = agent.respond("I want to book something, I'm Ana.")
+    assert turn.tool_calls == [] and turn.reply == "What service would you like?"
+    missing = json.loads(agent.messages[2]["content"])["result"]["missing"]
+    assert missing == ["service", "day", "time"]
+
+
+def test_the_grammar_lets_a_call_leave_out_what_was_not_said_yet():
+    schemas = held(SCHEMAS, [{"role": "user", "content": "a haircut please"}])
+    book = next(s for s in schemas if s["name"] == "book_appointment")["parameters"]
+    assert book["required"] == []
+    business = next(s for s in schemas if s["name"] == "business_info")["parameters"]
+    assert business["required"] == ["topic"]  # not an x-said argument: still required
+
+
+def test_a_call_whose_details_were_all_said_runs():
+    booking = format_tool_call("book_appointment", {"name": "Ana", "day": "tomorrow", "time": "15:00",
+                                                    "service": "haircut"})
+    agent, _ = _agent([booking, "You're all set."])
+    turn = agent.respond("I'd like a haircut tomorrow at 3 pm, I'm Ana.")
+    assert [c.name for c in turn.tool_calls] == ["book_appointment"]
+    assert turn.tool_calls[0].result["ok"]
+    assert turn.reply == "You're all set."
+
+
+def test_an_optional_detail_nobody_gave_is_dropped_from_the_call():
+    hours = format_tool_call("business_info", {"topic": "hours", "day": "friday"})
+    agent, _ = _agent([hours, "We're open nine to six."])
+    turn = agent.respond("What are your hours?")
+    assert [(c.name, c.arguments) for c in turn.tool_calls] == [("business_info", {"topic": "hours"})]
+    assert agent.messages[1]["content"] == format_tool_call("business_info", {"topic": "hours"})
+
+
+def test_clock_times_are_held_to_those_the_conversation_said():
+    said = held(SCHEMAS, [{"role": "user", "content": "Friday at 3:30 p.m., or maybe three thirty"}])
+    book = next(s for s in said if s["name"] == "book_appointment")["parameters"]["properties"]
+    assert book["time"]["enum"] == ["03:30", "15:30"]
+    free = held(SCHEMAS, [{"role": "user", "content": "Friday, please"}])  # no time said: any time
+    assert next(s for s in free if s["name"] == "book_appointment")["parameters"]["properties"]["time"] == \
+        next(s for s in SCHEMAS if s["name"] == "book_appointment")["parameters"]["properties"]["time"]
+
+
+def test_the_held_grammar_refuses_a_time_nobody_said():
+    from tokenizers import Tokenizer
+
+    from app.agent.schema_grammar import ReplyGrammar
+    from app.settings import FRONTDESK_LLM_DIR
+
+    tokenizer = Tokenizer.from_file(str(FRONTDESK_LLM_DIR / "tokenizer.json"))
+    schemas = held(SCHEMAS, [{"role": "user", "content": "a haircut Friday at 3:30 pm for Ana"}])
+    grammar = ReplyGrammar(tokenizer, schemas, (tokenizer.token_to_id("<|end|>"),), tokenizer.get_vocab_size())
+
+    def accepts(time):
+        call = format_tool_call("book_appointment", {"name": "Ana", "day": "friday", "time": time,
+                                                     "service": "haircut"})
+        matcher = grammar.start()
+        return all(matcher.accept(t) for t in tokenizer.encode(call, add_special_tokens=False).ids)
+
+    assert accepts("15:30")
+    assert not accepts("14:30")
+
+
+def test_names_and_services_are_held_to_words_the_conversation_said():
+    import re
+
+    messages = [{"role": "user", "content": "Hi, this is Noah Smith. A kids cut Friday, and one for Jean-Luc O'Brien"}]
+    book = next(s for s in held(SCHEMAS, messages, PROFILE) if s["name"] == "book_appointment")
+    properties = book["parameters"]["properties"]
+    name, service = properties["name"]["pattern"], properties["service"]["pattern"]
+    assert re.fullmatch(name, "Noah Smith") and re.fullmatch(name, "Noah") and re.fullmatch(name, "Jean-Luc O'Brien")
+    assert not re.fullmatch(name, "Owen Smith") and not re.fullmatch(name, "Noah Smith!")
+    assert re.fullmatch(service, "kids haircut")  # the profile's name of the service the caller called "kids cut"
+    assert not re.fullmatch(service, "hair coloring")  # a service nobody asked for
+    assert "pattern" not in properties["day"]  # a day is held by its enum, a time by the times said
+
+    from tokenizers import Tokenizer
+
+    from app.agent.schema_grammar import ReplyGrammar
+    from app.settings import FRONTDESK_LLM_DIR
+
+    tokenizer = Tokenizer.from_file(str(FRONTDESK_LLM_DIR / "tokenizer.json"))
+    grammar = ReplyGrammar(tokenizer, held(SCHEMAS, messages, PROFILE), (tokenizer.token_to_id("<|end|>"),),
+                           tokenizer.get_vocab_size())
+
+    def accepts(who):
+        call = format_tool_call("list_appointments", {"name": who})
+        matcher = grammar.start()
+        return all(matcher.accept(t) for t in tokenizer.encode(call, add_special_tokens=False).ids)
+
+    assert accepts("Noah Smith") and not accepts("Owen Smith")
+
+
+def test_plural_and_possessive_forms_say_the_word():
+    assert is_said("saturday", ["Are you open Saturdays?"])
+    assert is_said("kids haircut", ["how much for a kid's cut"], PROFILE)  # the alias "kids cut"
+    assert is_said("Ross", ["I am Ross"]) and not is_said("Rose", ["I am Ross"])
+
+
+def test_days_are_held_to_those_the_conversation_said():
+    said = held(SCHEMAS, [{"role": "user", "content": "a blowout saturday at noon, or maybe Sundays"}], PROFILE)
+    day = next(s for s in said if s["name"] == "book_appointment")["parameters"]["properties"]["day"]
+    assert day["enum"] == ["saturday", "sunday"]
+    free = held(SCHEMAS, [{"role": "user", "content": "a blowout please"}], PROFILE)  # no day said: any day
+    assert next(s for s in free if s["name"] == "book_appointment")["parameters"]["properties"]["day"] == \
+        next(s for s in SCHEMAS if s["name"] == "book_appointment")["parameters"]["properties"]["day"]

@@ -1,0 +1,204 @@
+"""The front-desk tools on the shipped profile: SQLite rules, day/time resolution in the profile's timezone."""
+import sqlite3
+import threading
+from datetime import date, datetime, time, timedelta, timezone
+
+import pytest
+
+from app.agent.profile import load_profile, parse_profile
+from app.agent.store import Store, open_store
+from app.agent.tools import STORE_DOWN, Toolbox, parse_time, resolve_day, system_prompt
+
+# Tuesday 1 December 2026, 10:00 in New York (the shipped profile's zone). Open Tue-Sat; closed Sun, Mon.
+NOW = datetime(2026, 12, 1, 10, 0)
+
+
+@pytest.fixture
+def toolbox():
+    store = open_store(":memory:")
+    yield Toolbox(load_profile(None), store, now=lambda: NOW)
+    store.close()
+
+
+def book(toolbox, name="Maria", day="friday", time="15:30", service="haircut"):
+    return toolbox.call("book_appointment", {"name": name, "day": day, "time": time, "service": service})
+
+
+def test_booking_is_stored_and_listed(toolbox):
+    result = book(toolbox)
+    assert result == {"ok": True, "name": "Maria", "service": "haircut", "when": "Friday, December 4 at 3:30 PM",
+                      "price": "$35"}
+    listed = toolbox.call("list_appointments", {"name": "maria"})
+    assert listed["appointments"] == ["haircut on Friday, December 4 at 3:30 PM"]
+    assert toolbox.call("list_appointments", {"name": "Tom"})["appointments"] == []
+
+
+def test_double_booking_is_refused_with_nearest_free_times(toolbox):
+    assert book(toolbox)["ok"]
+    refused = book(toolbox, name="Tom", time="15:45", service="beard trim")
+    assert refused == {"ok": False, "error": "Friday, December 4 at 3:45 PM is already taken. "
+                                             "The nearest free times are 3:00 PM and 4:00 PM."}
+    # a 90-minute coloring from 14:30 would run into Maria's 15:30 haircut
+    assert not book(toolbox, name="Ann", time="14:30", service="hair coloring")["ok"]
+    assert book(toolbox, name="Ann", time="14:00", service="beard trim")["ok"]
+    assert len(toolbox.store.on_date(date(2026, 12, 4))) == 2
+
+
+def test_outside_hours_closed_day_past_and_unknown_service_are_refused(toolbox):
+    assert book(toolbox, time="08:30")["error"] == "On Friday we're open 9:00 AM to 8:00 PM."
+    # a coloring at 19:00 would end after the 20:00 close
+    assert not book(toolbox, time="19:00", service="hair coloring")["ok"]
+    assert book(toolbox, day="monday")["error"] == "We're closed on Mondays."
+    assert book(toolbox, day="today", time="09:30")["error"] == "Tuesday, December 1 at 9:30 AM has already passed."
+    refused = book(toolbox, service="massage")
+    assert refused["error"].startswith("We don't offer massage. We offer haircut, kids haircut")
+    assert toolbox.store.all() == []
+
+
+def test_aliases_map_to_the_canonical_service(toolbox):
+    assert book(toolbox, service="Highlights")["service"] == "hair coloring"
+
+
+def test_a_service_named_among_other_words_is_that_service_the_longest_name_first(toolbox):
+    # the model's argument may carry the caller's verb or article along ("book a haircut")
+    assert book(toolbox, service="book a haircut")["service"] == "haircut"
+    assert book(toolbox, time="16:00", service="a kids haircut please")["service"] == "kids haircut"
+    assert book(toolbox, time="16:30", service="Beard trims")["service"] == "beard trim"
+    assert book(toolbox, time="17:00", service="a massage")["error"].startswith("We don't offer a massage.")
+
+
+def test_cancel_one_then_ask_which_day_when_several(toolbox):
+    assert toolbox.call("cancel_appointment", {"name": "Maria"}) == {
+        "ok": False, "error": "There is no appointment under Maria."}
+    book(toolbox)
+    book(toolbox, day="saturday", time="10:00")
+    several = toolbox.call("cancel_appointment", {"name": "Maria"})
+    assert several["error"].startswith("Maria has 2 appointments: haircut on Friday, December 4 at 3:30 PM")
+    done = toolbox.call("cancel_appointment", {"name": "maria", "day": "saturday"})
+    assert done == {"ok": True, "name": "maria", "cancelled": "haircut on Saturday, December 5 at 10:00 AM"}
+    assert [a.start for a in toolbox.store.all()] == [datetime(2026, 12, 4, 15, 30)]
+
+
+def test_availability_lists_free_ranges_and_checks_one_time(toolbox):
+    book(toolbox)
+    free = toolbox.call("check_availability", {"day": "friday"})
+    assert free == {"ok": True, "day": "Friday, December 4", "free": "9:00 AM to 3:30 PM and 4:00 PM to 8:00 PM"}
+    assert toolbox.call("check_availability", {"day": "friday", "time": "15:30"})["available"] is False
+    assert toolbox.call("check_availability", {"day": "friday", "time": "16:00"})["available"] is True
+    today = toolbox.call("check_availability", {"day": "today"})  # from now (10:00) on
+    assert today["free"] == "10:00 AM to 6:00 PM"
+
+
+def test_days_resolve_in_the_profile_timezone():
+    profile = load_profile(None)
+    # 03:00 UTC on Wednesday is still Tuesday 22:00 in New York
+    late = Toolbox(profile, open_store(":memory:"), now=lambda: datetime(2026, 12, 2, 3, 0, tzinfo=timezone.utc))
+    assert late.call("current_datetime", {}) == {"ok": True, "date": "Tuesday, December 1", "time": "10:00 PM"}
+    assert late.call("check_availability", {"day": "tomorrow"})["day"] == "Wednesday, December 2"
+    today = date(2026, 12, 1)  # a Tuesday
+    assert resolve_day("tuesday", today) == today  # today counts as the next Tuesday
+    assert resolve_day("Monday", today) == date(2026, 12, 7)
+    assert resolve_day("tomorrow", today) == date(2026, 12, 2)
+
+
+def test_times_parse_in_24_hours_and_lenient_forms():
+    assert parse_time("15:30") == time(15, 30)
+    assert parse_time("3:30 pm") == time(15, 30)
+    assert parse_time("12 a.m.") == time(0, 0)
+    assert parse_time("9") == time(9, 0)
+
+
+def test_business_info_topics(toolbox):
+    assert toolbox.call("business_info", {"topic": "hours", "day": "saturday"}) == {
+        "ok": True, "day": "Saturday", "hours": "9:00 AM to 4:00 PM"}
+    assert toolbox.call("business_info", {"topic": "hours", "day": "sunday"})["hours"] == "closed"
+    assert "closed Monday and Sunday" in toolbox.call("business_info", {"topic": "hours"})["hours"]
+    assert toolbox.call("business_info", {"topic": "prices", "service": "trim"})["price"] == "$35"
+    assert toolbox.call("business_info", {"topic": "address"})["address"] == "214 Maple Street, Springfield"
+    assert "not 'parking'" in toolbox.call("business_info", {"topic": "parking"})["error"]
+
+
+def test_bad_calls_get_a_reason_never_an_exception(toolbox):
+    assert "Unknown tool 'fly'" in toolbox.call("fly", {})["error"]
+    assert toolbox.call("book_appointment", {"name": "Al"})["error"] == \
+        "book_appointment needs the service, day and time."
+    assert "takes no argument 'color'" in toolbox.call("list_appointments", {"name": "A", "color": "red"})["error"]
+    assert "not 'someday'" in book(toolbox, day="someday")["error"]
+    assert "24-hour clock" in book(toolbox, time="teatime")["error"]
+    assert toolbox.call("book_appointment", {"name": 3, "day": "friday", "time": "15:00", "service": "x"})["ok"] is False
+    assert toolbox.call("end_call", {}) == {"ok": True, "action": "end_call"}
+    assert toolbox.call("transfer_to_human", {}) == {"ok": True, "action": "transfer_to_human"}
+
+
+def test_store_persists_in_a_file(tmp_path):
+    path = tmp_path / "nested" / "appointments.sqlite3"
+    profile = load_profile(None)
+    first = Toolbox(profile, open_store(str(path)), now=lambda: NOW)
+    assert book(first)["ok"]
+    first.store.close()
+    again = Toolbox(profile, open_store(str(path)), now=lambda: NOW)
+    assert again.call("list_appointments", {"name": "Maria"})["appointments"]
+
+
+def test_the_same_slot_booked_from_two_servers_at_once_is_booked_once(tmp_path):
+    # two connections to one file, as two `parley serve` processes would hold; each slot is tried by both at once
+    path = str(tmp_path / "appointments.sqlite3")
+    stores = [open_store(path), open_store(path)]
+    slots = [datetime(2026, 12, 4, 9, 0) + timedelta(minutes=30 * i) for i in range(20)]
+    start_together = threading.Barrier(2)
+    booked = [[], []]
+
+    def caller(i):
+        for slot in slots:
+            start_together.wait()
+            try:
+                booked[i].append(stores[i].add(f"caller {i}", "haircut", slot, 30).start)
+            except ValueError:
+                pass
+
+    threads = [threading.Thread(target=caller, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(booked[0] + booked[1]) == slots          # every slot went to exactly one caller
+    assert [a.start for a in stores[0].all()] == slots
+
+
+def test_a_read_only_appointment_book_is_reported_and_loses_nothing(tmp_path):
+    path = tmp_path / "appointments.sqlite3"
+    profile = load_profile(None)
+    writable = Toolbox(profile, open_store(str(path)), now=lambda: NOW)
+    assert book(writable)["ok"]
+    writable.store.close()
+    read_only = Toolbox(profile, Store(sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False,
+                                                       isolation_level=None)), now=lambda: NOW)
+    refused = book(read_only, name="Tom", time="11:00")
+    assert refused == {"ok": False, "error": STORE_DOWN}
+    assert toolbox_cancel(read_only, "Maria") == {"ok": False, "error": STORE_DOWN}
+    assert [a.name for a in read_only.store.all()] == ["Maria"]   # still readable, nothing lost
+    assert read_only.call("list_appointments", {"name": "Maria"})["ok"]
+
+
+def toolbox_cancel(toolbox, name):
+    return toolbox.call("cancel_appointment", {"name": name})
+
+
+def test_bad_profile_names_the_file_and_field(tmp_path):
+    bad = tmp_path / "shop.yaml"
+    bad.write_text("name: Shop\ntimezone: Mars/Olympus\naddress: x\nphone: '1'\nhours: {}\nservices: []\n")
+    with pytest.raises(ValueError, match=r"shop.yaml: field 'timezone'"):
+        load_profile(str(bad))
+    with pytest.raises(ValueError, match=r"field 'hours.friday' has '9'; expected HH:MM"):
+        parse_profile({"name": "S", "timezone": "UTC", "address": "a", "phone": "1", "hours": {"friday": "9-5"},
+                       "services": [{"name": "cut", "duration_min": 30, "price": 10}]})
+    with pytest.raises(ValueError, match="cannot read"):
+        load_profile(str(tmp_path / "missing.yaml"))
+
+
+def test_system_prompt_styles(toolbox):
+    assert system_prompt(toolbox.profile, toolbox, "parley") == "You answer calls for Maple Street Hair Studio."
+    full = system_prompt(toolbox.profile, toolbox, "llada")
+    assert "<tool_call>" in full and '"name":"book_appointment"' in full
+    with pytest.raises(ValueError, match="valid: parley, llada, dream"):
+        system_prompt(toolbox.profile, toolbox, "gpt")
