@@ -4,13 +4,17 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test setup clean
+.PHONY: run test unit setup clean
 
 run: $(STAMP)
 	$(BIN)/parley serve $(ARGS)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+# the fast part of the suite (fakes and tiny models, under a minute): tests/unit
+unit: $(STAMP)
+	$(BIN)/python -m pytest -q tests/unit $(PYTEST_ARGS)
 
 setup: $(STAMP)
 

@@ -109,15 +109,20 @@ def _join(items: list[str]) -> str:
 
 
 class Toolbox:
-    """The tools of one business; `call` runs one by name and never raises."""
+    """The tools of one business; `call` runs one by name and never raises.
+
+    A tool is its JSON schema in TOOLS and a method `_<name>(**arguments) -> dict`: a new one is one schema and
+    one method (in a subclass, or here), and every model, grammar and API sees it through `schemas()`."""
+
+    TOOLS = SCHEMAS
 
     def __init__(self, profile: Profile, store: Store, now: Callable[[], datetime] | None = None):
         self.profile, self.store = profile, store
         self._now = now or (lambda: datetime.now(profile.tz))
 
     def schemas(self) -> list[dict]:
-        """SCHEMAS, with the business's services as the examples of every `service` argument."""
-        schemas = json.loads(json.dumps(SCHEMAS))
+        """TOOLS, with the business's services as the examples of every `service` argument."""
+        schemas = json.loads(json.dumps(self.TOOLS))
         for s in schemas:
             service = s["parameters"]["properties"].get("service")
             if service is not None:
@@ -131,9 +136,9 @@ class Toolbox:
 
     def call(self, name: str, arguments: dict) -> dict:
         """Run tool `name`; unknown tool, bad arguments or a refusal -> {"ok": False, "error": reason}."""
-        schema = next((s for s in SCHEMAS if s["name"] == name), None)
+        schema = next((s for s in self.TOOLS if s["name"] == name), None)
         if schema is None:
-            return {"ok": False, "error": f"Unknown tool {name!r}; tools: {', '.join(s['name'] for s in SCHEMAS)}."}
+            return {"ok": False, "error": f"Unknown tool {name!r}; tools: {', '.join(s['name'] for s in self.TOOLS)}."}
         if not isinstance(arguments, dict):
             return {"ok": False, "error": "Arguments must be a JSON object."}
         params = schema["parameters"]
@@ -361,4 +366,4 @@ def system_prompt(profile: Profile, toolbox: Toolbox, style: str) -> str | None:
         tools = "\n".join(json.dumps(s, separators=(",", ":")) for s in toolbox.schemas())
         return _INSTRUCTIONS.format(name=profile.name, address=profile.address, phone=profile.phone,
                                     days=", ".join(DAYS), tools=tools)
-    raise ValueError(f"unknown chat style {style!r}; valid: parley, llada, dream")
+    raise ValueError(f"unknown chat style {style!r}; valid: parley, smollm, llada, dream")

@@ -80,6 +80,7 @@ class Session(Drafting):
         self._stream_ms = 0.0
         self._next_partial_ms = 0.0
         self._partial_busy = False
+        self._side_tasks: set[asyncio.Task] = set()        # partial transcripts, tool events: held until done
         self._pending_control: str | None = None
         self._draft: Draft | None = None
         self._ready_clause: tuple[str, np.ndarray] | None = None   # the drafted first clause and its audio
@@ -146,7 +147,15 @@ class Session(Drafting):
             self._closed = True
             self._input.put_nowait(None)
         await self._stop_turn()
+        for task in list(self._side_tasks):
+            task.cancel()
         self.playback.clear()
+
+    def _side_task(self, coro) -> None:
+        """Run coro beside the turn, a reference held until it ends (the loop keeps only weak ones)."""
+        task = asyncio.get_running_loop().create_task(coro)
+        self._side_tasks.add(task)
+        task.add_done_callback(self._side_tasks.discard)
 
     def end_input(self) -> None:
         """No more audio will come (a file ran out); pending turns still finish."""
@@ -242,7 +251,7 @@ class Session(Drafting):
         if len(audio) < FRAME_SAMPLES * 25:   # under 0.5 s there is nothing worth showing
             return
         self._partial_busy = True
-        asyncio.create_task(self._partial(audio))
+        self._side_task(self._partial(audio))
 
     async def _partial(self, audio: np.ndarray) -> None:
         try:
@@ -337,7 +346,7 @@ class Session(Drafting):
 
     def _on_tool(self, call) -> None:
         event = {"type": "tool", "name": call.name, "arguments": call.arguments, "result": call.result}
-        asyncio.ensure_future(self._emit(event))
+        self._side_task(self._emit(event))
         if call.name in CONTROL_TOOLS and call.result.get("ok"):
             self._pending_control = call.name
 
@@ -371,6 +380,10 @@ class Session(Drafting):
         if event == "started" and self.turns and self._loop is not None:
             trace = self.turns[-1]
             self._loop.call_soon_threadsafe(trace.mark, "first_audio_out")
+
+    async def report_error(self, message: str) -> None:
+        """Tell the client something went wrong (an `error` event, in the transport's own form)."""
+        await self._emit({"type": "error", "message": message})
 
     async def _emit(self, event: dict) -> None:
         try:

@@ -52,14 +52,17 @@ class Call:
     def name(self) -> str:
         return f"#{id(self):x}"
 
-    async def close(self, reason: str, code: int = CLOSE_NORMAL) -> None:
-        """End the call: session, tasks, medium. Idempotent; a second caller waits for the first to finish."""
+    async def close(self, reason: str, code: int = CLOSE_NORMAL, error: bool = False) -> None:
+        """End the call: session, tasks, medium. Idempotent; a second caller waits for the first to finish.
+        error: the call failed, and the client is told why (an `error` event) before it ends."""
         if self.closing:
             await self._closed.wait()
             return
         self.closing = True
         log.info("%s call %s closing: %s", self.TRANSPORT, self.name(), reason)
         try:
+            if error and self.session is not None:
+                await self.session.report_error(f"the call failed: {reason}")
             if self.session is not None:
                 try:
                     await self.session.close()   # first: its run() ends by itself, its turn is cancelled
@@ -82,10 +85,10 @@ class Call:
     async def closed(self, reason: str) -> None:
         """After the medium is let go, before the server forgets the call (a transport's last word)."""
 
-    def close_soon(self, reason: str, code: int = CLOSE_NORMAL) -> None:
+    def close_soon(self, reason: str, code: int = CLOSE_NORMAL, error: bool = False) -> None:
         """close() from a synchronous callback, or from a task close() would cancel."""
         if not self.closing and self._closer is None:
-            self._closer = asyncio.create_task(self.close(reason, code),
+            self._closer = asyncio.create_task(self.close(reason, code, error),
                                                name=f"{self.TRANSPORT}-{self.name()}-close")
 
     async def wait_closed(self) -> None:
@@ -110,7 +113,7 @@ class Call:
         if not task.cancelled() and task.exception() is not None:
             log.error("%s call %s: task %s failed", self.TRANSPORT, self.name(), task.get_name(),
                       exc_info=task.exception())
-            self.close_soon(f"{task.get_name()} failed", CLOSE_ERROR)
+            self.close_soon(f"{task.get_name()} failed ({type(task.exception()).__name__})", CLOSE_ERROR, error=True)
 
 
 class SocketCall(Call):

@@ -315,7 +315,7 @@ class TwilioCall(SocketCall):
     def _on_clear(self) -> None:
         # Barge-in (the session already dropped its queue): the caller must stop hearing us now.
         self._marks.clear()
-        asyncio.ensure_future(self._send(wire.clear_message(self.info.stream_sid)))
+        self.spawn(self._send(wire.clear_message(self.info.stream_sid)), "clear")
 
     async def _send(self, text: str) -> None:
         async with self._send_lock:

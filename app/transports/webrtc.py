@@ -162,10 +162,10 @@ class Call(base.Call):
         self.spawn(self._expire_unconnected(), "connect-timeout")
         return self.pc.localDescription
 
-    async def close(self, reason: str, code: int = base.CLOSE_NORMAL) -> None:
+    async def close(self, reason: str, code: int = base.CLOSE_NORMAL, error: bool = False) -> None:
         if self._track is not None:
             self._track.stop()   # silence at once, before the session winds down
-        await super().close(reason, code)
+        await super().close(reason, code, error)
 
     async def hang_up(self, reason: str, code: int) -> None:
         await self.pc.close()

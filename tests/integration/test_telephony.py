@@ -50,36 +50,6 @@ def script(messages: list[dict]) -> str:
     return REPLY_GO_AHEAD
 
 
-# --- pure protocol helpers ----------------------------------------------------------------------------------
-
-
-def test_signature_matches_twilios_documented_example():
-    # The example request of Twilio's security docs, with its published signature.
-    params = {"CallSid": "CA1234567890ABCDE", "Caller": "+12349013030", "Digits": "1234",
-              "From": "+12349013030", "To": "+18005551212"}
-    url = "https://mycompany.com/myapp.php?foo=1&bar=2"
-    assert twilio.compute_signature("12345", url, params) == "0/KCTR6DLpKmkAf8muzZqo1nDgQ="
-    assert twilio.signature_valid("12345", "0/KCTR6DLpKmkAf8muzZqo1nDgQ=", url, params)
-    assert not twilio.signature_valid("12345", "0/KCTR6DLpKmkAf8muzZqo1nDgQ=", url, {**params, "Digits": "9"})
-    assert not twilio.signature_valid("12345", None, url, params)
-    # a proxy that adds the default port does not break it
-    assert twilio.signature_valid("12345", "0/KCTR6DLpKmkAf8muzZqo1nDgQ=",
-                                  "https://mycompany.com:443/myapp.php?foo=1&bar=2", params)
-
-
-def test_twiml_connects_a_bidirectional_stream():
-    twiml = twilio.connect_stream_twiml("wss://voice.example.com/telephony/twilio")
-    assert twiml.endswith('<Response><Connect><Stream url="wss://voice.example.com/telephony/twilio"/>'
-                          "</Connect></Response>")
-
-
-def test_start_with_another_media_format_is_refused():
-    message = {"event": "start", "start": {"streamSid": "MZ1", "mediaFormat": {
-        "encoding": "audio/x-l16", "sampleRate": 16000, "channels": 1}}}
-    with pytest.raises(twilio.ProtocolError, match="audio/x-mulaw at 8000 Hz"):
-        twilio.parse_start(message)
-
-
 # --- a live server --------------------------------------------------------------------------------------------
 
 
@@ -105,16 +75,6 @@ def phone(speech):
     app = create_app(Settings(max_sessions=2), services)
     with serve(app) as host:
         yield host, app, engine
-    services.shutdown()
-
-
-@pytest.fixture(scope="module")
-def signed():
-    """A server that requires X-Twilio-Signature; no models (these calls never speak)."""
-    services = Services(None, None, FakeEngine(script), FakeToolbox(), system_prompt=None, ready=True)
-    app = create_app(Settings(twilio_auth_token=TOKEN, public_host="voice.example.com", max_sessions=2), services)
-    with serve(app) as host:
-        yield host, app
     services.shutdown()
 
 
@@ -396,64 +356,6 @@ def test_a_call_over_max_sessions_hears_an_apology_and_a_late_stream_gets_503(ph
     assert response.status_code == 503 and b"busy" in response.body
     assert app.state.metrics.refused.labels("twilio", "busy")._value.get() == refused_before + 2
     assert not app.state.calls
-
-
-# --- signatures -------------------------------------------------------------------------------------------------
-
-
-def test_voice_webhook_returns_twiml_for_a_signed_request(signed):
-    import httpx
-
-    host, app = signed
-    public_host = app.state.settings.public_host
-    form = {"CallSid": "CA42", "From": "+15550100", "To": "+15550199"}
-    signature = twilio.compute_signature(TOKEN, f"https://{public_host}/telephony/twilio/voice", form)
-    url = f"http://{host}/telephony/twilio/voice"
-    ok = httpx.post(url, data=form, headers={twilio.SIGNATURE_HEADER: signature})
-    assert ok.status_code == 200 and ok.headers["content-type"].startswith("text/xml")
-    assert f'<Connect><Stream url="wss://{public_host}/telephony/twilio"/></Connect>' in ok.text
-    for headers in ({}, {twilio.SIGNATURE_HEADER: signature[:-4] + "AAA="}):
-        refused = httpx.post(url, data=form, headers=headers)
-        assert refused.status_code == 403 and twilio.SIGNATURE_HEADER in refused.text
-    tampered = httpx.post(url, data={**form, "To": "+15550123"}, headers={twilio.SIGNATURE_HEADER: signature})
-    assert tampered.status_code == 403
-
-
-def test_stream_with_a_valid_signature_is_accepted(signed):
-    host, app = signed
-    calls_before = telephony_stats(app).calls
-    signature = twilio.compute_signature(TOKEN, f"wss://{app.state.settings.public_host}/telephony/twilio")
-
-    async def go():
-        async with connect(f"ws://{host}/telephony/twilio",
-                           additional_headers={twilio.SIGNATURE_HEADER: signature}) as ws:
-            await ws.send(start_message())
-            await ws.send(STOP)
-            await asyncio.wait_for(ws.wait_closed(), 10)
-            return ws.close_code
-
-    assert asyncio.run(go()) == 1000
-    assert telephony_stats(app).calls == calls_before + 1
-
-
-@pytest.mark.parametrize("signature", [None, "d3JvbmcgYnV0IHdlbGwgZm9ybWVkIQ=="])
-def test_stream_without_a_valid_signature_gets_403_and_no_session(signed, signature, monkeypatch):
-    host, app = signed
-    created = []
-    monkeypatch.setattr(Session, "__init__", lambda self, *a, **k: created.append(self))
-    stats = telephony_stats(app)
-    calls_before, refused_before = stats.calls, stats.refused["signature"]
-    headers = {twilio.SIGNATURE_HEADER: signature} if signature else {}
-
-    async def go():
-        async with connect(f"ws://{host}/telephony/twilio", additional_headers=headers):
-            pass
-
-    with pytest.raises(InvalidStatus) as refused:
-        asyncio.run(go())
-    assert refused.value.response.status_code == 403
-    assert stats.calls == calls_before and stats.refused["signature"] == refused_before + 1
-    assert not created and not app.state.calls
 
 
 def test_the_load_generator_times_every_turn_from_the_callers_side(phone, speech):

@@ -7,7 +7,9 @@ import pytest
 
 from app.agent.profile import load_profile, parse_profile
 from app.agent.store import Store, open_store
+from app.agent.loop import Agent
 from app.agent.tools import STORE_DOWN, Toolbox, parse_time, resolve_day, system_prompt
+from tests.fakes import FakeEngine
 
 # Tuesday 1 December 2026, 10:00 in New York (the shipped profile's zone). Open Tue-Sat; closed Sun, Mon.
 NOW = datetime(2026, 12, 1, 10, 0)
@@ -200,5 +202,34 @@ def test_system_prompt_styles(toolbox):
     assert system_prompt(toolbox.profile, toolbox, "parley") == "You answer calls for Maple Street Hair Studio."
     full = system_prompt(toolbox.profile, toolbox, "llada")
     assert "<tool_call>" in full and '"name":"book_appointment"' in full
-    with pytest.raises(ValueError, match="valid: parley, llada, dream"):
+    with pytest.raises(ValueError, match="valid: parley, smollm, llada, dream"):
         system_prompt(toolbox.profile, toolbox, "gpt")
+
+
+class WithParking(Toolbox):
+    """A business with one more tool: its schema and its method, nothing else."""
+
+    TOOLS = Toolbox.TOOLS + [{"name": "parking_info", "description": "Where callers can park.",
+                              "parameters": {"type": "object", "properties": {}}}]
+
+    def _parking_info(self) -> dict:
+        return {"parking": "Free parking behind the building."}
+
+
+def test_a_new_tool_is_one_schema_and_one_method(toolbox):
+    box = WithParking(toolbox.profile, toolbox.store, now=lambda: NOW)
+    assert "parking_info" in [s["name"] for s in box.schemas()]
+    assert "parking_info" in system_prompt(box.profile, box, "smollm")   # the brain's prompt lists it
+    assert "parking_info" in system_prompt(box.profile, box, "llada")
+    assert box.call("parking_info", {}) == {"ok": True, "parking": "Free parking behind the building."}
+    assert box.call("parking_info", {"level": "2"})["ok"] is False
+
+    def script(messages):   # the model asks for the new tool, then speaks its result
+        if messages[-1]["role"] == "tool":
+            return "You can park for free behind the building."
+        return '<tool_call>{"name": "parking_info", "arguments": {}}</tool_call>'
+
+    turn = Agent(FakeEngine(script), box, None).respond("Where do I park?")
+    assert [(c.name, c.result["ok"]) for c in turn.tool_calls] == [("parking_info", True)]
+    assert turn.reply == "You can park for free behind the building."
+    assert Toolbox(toolbox.profile, toolbox.store).call("parking_info", {})["ok"] is False   # the salon has none
