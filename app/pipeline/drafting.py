@@ -9,11 +9,12 @@ options, services, agent, detector, _loop, _draft, _policy, _carry, _ready_claus
 import asyncio
 import logging
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from app.agent.protocol import parse_tool_calls
+from app.pipeline.lanes import LanePool
 from app.pipeline.trace import TurnTrace
 from speech.tts import ClauseSplitter
 from speech.vad import SpeechEnd
@@ -29,6 +30,14 @@ class Draft:
     transcript: asyncio.Future         # -> the transcript, as soon as ASR is done
     p_complete: asyncio.Future | None  # -> the model's P(the turn is complete), or None without one
     task: asyncio.Task | None = None   # -> (Generation | None, first clause | None, its audio | None)
+    adopted: bool = False              # the turn ended on this utterance: the draft's work is the turn's
+    jobs: list = field(default_factory=list)   # (LanePool, Future) of the model work it asked for
+
+    def adopt(self) -> None:
+        """The caller now waits for this work: its jobs still waiting move to the urgent lane (app.pipeline.lanes)."""
+        self.adopted = True
+        for lanes, job in self.jobs:
+            lanes.promote(job)
 
 
 class Drafting:
@@ -79,9 +88,9 @@ class Drafting:
                 draft.p_complete.set_result(None)   # no judgement: the plain VAD's wait
 
     async def _drafting(self, audio: np.ndarray, draft: Draft):
-        services, loop, cancel = self.services, self._loop, draft.cancel
+        services, cancel = self.services, draft.cancel
         try:
-            text = await loop.run_in_executor(services.asr_pool, services.asr.transcribe, audio)
+            text = await self._speculate(services.asr_lanes, draft, services.asr.transcribe, audio)
         except Exception as exc:
             draft.transcript.set_exception(exc)
             raise
@@ -91,11 +100,11 @@ class Drafting:
         if draft.p_complete is not None:
             judge = services.engine.end_of_turn_probability
             try:
-                draft.p_complete.set_result(await loop.run_in_executor(services.llm_pool, judge,
-                                                                       self.agent.prompt(), text))
+                draft.p_complete.set_result(await self._speculate(services.llm_lanes, draft, judge,
+                                                                  self.agent.prompt(), text))
             except Exception:
                 log.exception("end-of-turn judgement failed; the VAD decides")
-        generation = await loop.run_in_executor(services.llm_pool, self.agent.draft, text, cancel)
+        generation = await self._speculate(services.llm_lanes, draft, self.agent.draft, text, cancel)
         if generation is None or cancel.is_set() or generation.stopped == "cancelled":   # None: no drafts
             return None, None, None
         spoken = parse_tool_calls(generation.text)[1]
@@ -103,8 +112,15 @@ class Drafting:
         clause = (splitter.push(spoken) or [splitter.flush()])[0] if spoken else None
         if not clause:
             return generation, None, None
-        clause_audio = await loop.run_in_executor(services.tts_pool, services.tts.synthesize, clause)
+        clause_audio = await self._speculate(services.tts_lanes, draft, services.tts.synthesize, clause)
         return generation, clause, clause_audio
+
+    @staticmethod
+    async def _speculate(lanes: LanePool, draft: Draft, fn, *args):
+        """fn(*args) on the model's thread: in the speculative lane until the draft is adopted, then urgent."""
+        job = lanes.submit(fn, *args, speculative=not draft.adopted)
+        draft.jobs.append((lanes, job))
+        return await asyncio.wrap_future(job)
 
     async def _transcribe(self, audio: np.ndarray, draft: Draft | None) -> str:
         """The final transcript: the draft's when it matches this turn (often ready before the endpoint)."""

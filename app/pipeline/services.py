@@ -14,6 +14,7 @@ from app.agent.options import AgentOptions, agent_options_for
 from app.agent.profile import load_profile
 from app.agent.store import open_store
 from app.agent.tools import Toolbox, system_prompt
+from app.pipeline.lanes import LanePool
 from app.settings import Settings
 from speech.asr import AsrOptions, Transcriber
 from speech.tts import Synthesizer
@@ -34,12 +35,13 @@ class Services:
     ready: bool = False
 
     def __post_init__(self):
-        # One thread per model: calls to a model are serialized, the event loop never waits on one,
-        # and a partial transcript never delays the final one (its own thread).
-        self.asr_pool = ThreadPoolExecutor(1, thread_name_prefix="asr")
+        # One thread per model, shared by every session: calls to a model are serialized, the event loop never
+        # waits on one, and a turn's work goes before drafts (app.pipeline.lanes); a partial transcript never
+        # delays the final one (its own thread).
+        self.asr_lanes, self.llm_lanes, self.tts_lanes = LanePool("asr"), LanePool("llm"), LanePool("tts")
+        self.asr_pool, self.llm_pool, self.tts_pool = (lanes.urgent for lanes in (self.asr_lanes, self.llm_lanes,
+                                                                                  self.tts_lanes))
         self.partial_pool = ThreadPoolExecutor(1, thread_name_prefix="asr-partial")
-        self.llm_pool = ThreadPoolExecutor(1, thread_name_prefix="llm")
-        self.tts_pool = ThreadPoolExecutor(1, thread_name_prefix="tts")
 
     @classmethod
     def load(cls, settings: Settings, speech: bool = True) -> "Services":
@@ -77,7 +79,7 @@ class Services:
         log.info("models warm in %.1f s", time.perf_counter() - t0)
 
     def shutdown(self) -> None:
-        for pool in (self.asr_pool, self.partial_pool, self.llm_pool, self.tts_pool):
+        for pool in (self.asr_lanes, self.partial_pool, self.llm_lanes, self.tts_lanes):
             pool.shutdown(wait=False, cancel_futures=True)
 
 

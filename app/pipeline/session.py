@@ -223,7 +223,10 @@ class Session(Drafting):
         if draft is not None and draft.audio_samples != len(event.audio):
             draft.cancel.set()   # computed on other audio
             draft = None
-        # the draft becomes this turn's work: what stops the turn (a barge-in) stops the draft's generation too
+        # the draft becomes this turn's work: what stops the turn (a barge-in) stops the draft's generation too,
+        # and its model work still waiting goes before other sessions' drafts
+        if draft is not None:
+            draft.adopt()
         self._cancel = draft.cancel if draft is not None else threading.Event()
         self._turn_audio, self._carry = np.concatenate([self._carry, event.audio]), self._carry[:0]
         self._turn_task = asyncio.create_task(self._run_turn(self._turn_audio, trace, self._cancel, draft))

@@ -1,0 +1,101 @@
+"""One model's worker thread, shared by every session, with two lanes: the work of a turn the caller is waiting
+for goes before speculative work (drafts started in the end-of-turn silence), whichever session asked first.
+
+A model runs one job at a time (its thread: calls to it are serialized, and on a small CPU two at once only
+slow each other down). Waiting jobs start in order of (lane, arrival); a running job is never interrupted. A
+draft that becomes the turn's own work is promoted: its waiting jobs move to the urgent lane, in arrival order.
+"""
+import heapq
+import itertools
+import threading
+from concurrent.futures import Executor, Future
+
+URGENT, SPECULATIVE = 0, 1
+
+
+class LanePool:
+    """A single-thread executor with an urgent and a speculative lane (`urgent` and `speculative` are Executors
+    for loop.run_in_executor; `submit(..., speculative=True)` returns a Future that `promote` can move)."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self._queue: list[list] = []          # heap of [lane, arrival, future, fn, args, kwargs]
+        self._entries: dict[Future, list] = {}
+        self._arrivals = itertools.count()
+        self._ready = threading.Condition()
+        self._closed = False
+        self._thread: threading.Thread | None = None
+        self.urgent = _Lane(self, URGENT)
+        self.speculative = _Lane(self, SPECULATIVE)
+
+    def submit(self, fn, /, *args, speculative: bool = False, **kwargs) -> Future:
+        future: Future = Future()
+        entry = [SPECULATIVE if speculative else URGENT, next(self._arrivals), future, fn, args, kwargs]
+        with self._ready:
+            if self._closed:
+                raise RuntimeError(f"{self.name}: cannot schedule new work after shutdown")
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._work, name=self.name, daemon=True)
+                self._thread.start()
+            heapq.heappush(self._queue, entry)
+            self._entries[future] = entry
+            self._ready.notify()
+        return future
+
+    def promote(self, future: Future) -> None:
+        """Move a waiting speculative job to the urgent lane (keeping its arrival); a started one runs on."""
+        with self._ready:
+            entry = self._entries.get(future)
+            if entry is not None and entry[0] == SPECULATIVE:
+                entry[0] = URGENT
+                heapq.heapify(self._queue)
+
+    def waiting(self) -> tuple[int, int]:
+        """(urgent, speculative) jobs not yet started."""
+        with self._ready:
+            urgent = sum(1 for entry in self._queue if entry[0] == URGENT)
+            return urgent, len(self._queue) - urgent
+
+    def shutdown(self, wait: bool = True, cancel_futures: bool = False) -> None:
+        with self._ready:
+            self._closed = True
+            if cancel_futures:
+                for entry in self._queue:
+                    entry[2].cancel()
+                self._queue.clear()
+                self._entries.clear()
+            self._ready.notify_all()
+        if wait and self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join()
+
+    def _work(self) -> None:
+        while True:
+            with self._ready:
+                while not self._queue and not self._closed:
+                    self._ready.wait()
+                if not self._queue:
+                    return
+                _, _, future, fn, args, kwargs = heapq.heappop(self._queue)
+                del self._entries[future]
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                result = fn(*args, **kwargs)
+            except BaseException as exc:   # the caller's future carries it
+                future.set_exception(exc)
+            else:
+                future.set_result(result)
+
+
+class _Lane(Executor):
+    """One lane of a LanePool, as an Executor (what loop.run_in_executor takes)."""
+
+    def __init__(self, pool: LanePool, lane: int):
+        self.pool = pool
+        self.lane = lane
+
+    def submit(self, fn, /, *args, **kwargs) -> Future:
+        return self.pool.submit(fn, *args, speculative=self.lane == SPECULATIVE, **kwargs)
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        self.pool.shutdown(wait, cancel_futures)
