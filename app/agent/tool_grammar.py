@@ -28,7 +28,7 @@ capitalized word is one a message of the conversation holds (`Heard.speaks`: "Yo
 never after speech; no generated reply does either.
 The model still chooses every value; the grammar only rules out what the conversation never said. A call that
 had to be finished with a value nobody said (a required time, when none was) fails `Heard.grounds`, and the agent
-does not run it (app.agent.Agent.respond).
+does not run it (app.agent.loop.Agent.respond).
 """
 import json
 from functools import lru_cache

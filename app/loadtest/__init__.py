@@ -292,7 +292,7 @@ async def wait_ready(url: str, server: subprocess.Popen | None, timeout_s: float
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m app.loadtest", description=__doc__.splitlines()[0])
     parser.add_argument("--url", help="a running server (default: start `parley serve` here)")
     parser.add_argument("--calls", default="1,2,4", help="comma-separated numbers of simultaneous callers")
     parser.add_argument("--turns", type=int, default=3, help="questions per caller")

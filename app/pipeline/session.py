@@ -68,7 +68,7 @@ class Session(Drafting):
         if self._policy is not None:   # the policy ends turns; the VAD's own endpoint is the longest wait
             vad = dataclasses.replace(vad, silence_ms=self._policy.max_silence_ms)
         self.detector = TurnDetector(vad)
-        self.agent = agent if agent is not None else services.new_agent()   # app.agent.Agent, or one like it
+        self.agent = agent if agent is not None else services.new_agent()   # app.agent.loop.Agent, or one like it
         self.playback = Playback(output_rate_hz, confirm_marks)
         self.playback.add_listener(self._on_playback_event)
         self.turns: list[TurnTrace] = []                   # every turn's latency trace, newest last

@@ -1,6 +1,6 @@
 """Twilio's side of a phone call: Media Streams messages, request signatures, and the TwiML that starts a stream.
 
-Pure functions and constants; the socket and the session live in app/telephony.py.
+Pure functions and constants; the socket and the session live in app/transports/twilio.py.
 Message shapes follow Twilio's "Media Streams - WebSocket Messages"; the signature is Twilio's webhook scheme:
 base64(HMAC-SHA1(auth token, URL + each POST parameter's name and value, sorted by name)).
 """
