@@ -31,13 +31,30 @@ class Draft:
     p_complete: asyncio.Future | None  # -> the model's P(the turn is complete), or None without one
     task: asyncio.Task | None = None   # -> (Generation | None, first clause | None, its audio | None)
     adopted: bool = False              # the turn ended on this utterance: the draft's work is the turn's
+    yielded: threading.Event = field(default_factory=threading.Event)   # its generation gave way to a turn
     jobs: list = field(default_factory=list)   # (LanePool, Future) of the model work it asked for
+
+    def drop(self) -> None:
+        """The utterance went on or the turn stopped: stop the generation, and its jobs still waiting never run."""
+        self.cancel.set()
+        for _, job in self.jobs:
+            job.cancel()
 
     def adopt(self) -> None:
         """The caller now waits for this work: its jobs still waiting move to the urgent lane (app.pipeline.lanes)."""
         self.adopted = True
         for lanes, job in self.jobs:
             lanes.promote(job)
+
+
+class EitherEvent:
+    """Set when either event is (what a generation's `cancel` needs: is_set)."""
+
+    def __init__(self, a: threading.Event, b: threading.Event):
+        self.a, self.b = a, b
+
+    def is_set(self) -> bool:
+        return self.a.is_set() or self.b.is_set()
 
 
 class Drafting:
@@ -69,7 +86,7 @@ class Drafting:
             return
         silence_ms = self.detector.trailing_silence_ms
         if silence_ms == 0 and self._draft is not None:      # the user went on speaking: the draft is stale
-            self._draft.cancel.set()
+            self._draft.drop()
             self._draft = None
         elif silence_ms >= self.options.speculate_ms and self._draft is None:
             audio = self.detector.endpoint_audio()
@@ -104,7 +121,9 @@ class Drafting:
                                                                   self.agent.prompt(), text))
             except Exception:
                 log.exception("end-of-turn judgement failed; the VAD decides")
-        generation = await self._speculate(services.llm_lanes, draft, self.agent.draft, text, cancel)
+        # another session's turn interrupts this generation (it is redone if this utterance ends the turn)
+        generation = await self._speculate(services.llm_lanes, draft, self.agent.draft, text,
+                                           EitherEvent(cancel, draft.yielded), interrupt=draft.yielded.set)
         if generation is None or cancel.is_set() or generation.stopped == "cancelled":   # None: no drafts
             return None, None, None
         spoken = parse_tool_calls(generation.text)[1]
@@ -116,9 +135,9 @@ class Drafting:
         return generation, clause, clause_audio
 
     @staticmethod
-    async def _speculate(lanes: LanePool, draft: Draft, fn, *args):
+    async def _speculate(lanes: LanePool, draft: Draft, fn, *args, interrupt=None):
         """fn(*args) on the model's thread: in the speculative lane until the draft is adopted, then urgent."""
-        job = lanes.submit(fn, *args, speculative=not draft.adopted)
+        job = lanes.submit(fn, *args, speculative=not draft.adopted, interrupt=interrupt)
         draft.jobs.append((lanes, job))
         return await asyncio.wrap_future(job)
 

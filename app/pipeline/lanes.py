@@ -2,8 +2,11 @@
 for goes before speculative work (drafts started in the end-of-turn silence), whichever session asked first.
 
 A model runs one job at a time (its thread: calls to it are serialized, and on a small CPU two at once only
-slow each other down). Waiting jobs start in order of (lane, arrival); a running job is never interrupted. A
-draft that becomes the turn's own work is promoted: its waiting jobs move to the urgent lane, in arrival order.
+slow each other down). Waiting jobs start in order of (lane, arrival). A running speculative job that can stop
+early (it was given `interrupt`, e.g. the Event its generation checks between passes) is interrupted when urgent
+work arrives: a draft is cheap to redo, a caller's wait is not. A draft that becomes the turn's own work is
+promoted: its waiting jobs move to the urgent lane, in arrival order, and its running one is no longer
+interrupted.
 """
 import heapq
 import itertools
@@ -19,7 +22,8 @@ class LanePool:
 
     def __init__(self, name: str):
         self.name = name
-        self._queue: list[list] = []          # heap of [lane, arrival, future, fn, args, kwargs]
+        self._queue: list[list] = []          # heap of [lane, arrival, future, fn, args, kwargs, interrupt]
+        self._running: list | None = None     # the entry of the job running now
         self._entries: dict[Future, list] = {}
         self._arrivals = itertools.count()
         self._ready = threading.Condition()
@@ -28,9 +32,11 @@ class LanePool:
         self.urgent = _Lane(self, URGENT)
         self.speculative = _Lane(self, SPECULATIVE)
 
-    def submit(self, fn, /, *args, speculative: bool = False, **kwargs) -> Future:
+    def submit(self, fn, /, *args, speculative: bool = False, interrupt=None, **kwargs) -> Future:
+        """fn(*args, **kwargs) on the thread; interrupt (speculative only): a callable that makes fn return
+        early, called when urgent work arrives while fn runs."""
         future: Future = Future()
-        entry = [SPECULATIVE if speculative else URGENT, next(self._arrivals), future, fn, args, kwargs]
+        entry = [SPECULATIVE if speculative else URGENT, next(self._arrivals), future, fn, args, kwargs, interrupt]
         with self._ready:
             if self._closed:
                 raise RuntimeError(f"{self.name}: cannot schedule new work after shutdown")
@@ -39,16 +45,22 @@ class LanePool:
                 self._thread.start()
             heapq.heappush(self._queue, entry)
             self._entries[future] = entry
+            running = self._running
+            if entry[0] == URGENT and running is not None and running[0] == SPECULATIVE and running[6] is not None:
+                running[6]()
+                running[6] = None    # once
             self._ready.notify()
         return future
 
     def promote(self, future: Future) -> None:
-        """Move a waiting speculative job to the urgent lane (keeping its arrival); a started one runs on."""
+        """Move a speculative job to the urgent lane: a waiting one keeps its arrival, a running one is no longer
+        interrupted."""
         with self._ready:
             entry = self._entries.get(future)
             if entry is not None and entry[0] == SPECULATIVE:
                 entry[0] = URGENT
-                heapq.heapify(self._queue)
+                if entry is not self._running:
+                    heapq.heapify(self._queue)
 
     def waiting(self) -> tuple[int, int]:
         """(urgent, speculative) jobs not yet started."""
@@ -75,16 +87,18 @@ class LanePool:
                     self._ready.wait()
                 if not self._queue:
                     return
-                _, _, future, fn, args, kwargs = heapq.heappop(self._queue)
-                del self._entries[future]
-            if not future.set_running_or_notify_cancel():
-                continue
-            try:
-                result = fn(*args, **kwargs)
-            except BaseException as exc:   # the caller's future carries it
-                future.set_exception(exc)
-            else:
-                future.set_result(result)
+                entry = self._running = heapq.heappop(self._queue)
+            future, fn, args, kwargs = entry[2:6]
+            if future.set_running_or_notify_cancel():
+                try:
+                    result = fn(*args, **kwargs)
+                except BaseException as exc:   # the caller's future carries it
+                    future.set_exception(exc)
+                else:
+                    future.set_result(result)
+            with self._ready:
+                self._running = None
+                self._entries.pop(future, None)
 
 
 class _Lane(Executor):

@@ -221,7 +221,7 @@ class Session(Drafting):
         if draft is not None and draft.p_complete is not None and draft.p_complete.done():
             trace.p_complete = draft.p_complete.result()   # the judgement this turn ended by
         if draft is not None and draft.audio_samples != len(event.audio):
-            draft.cancel.set()   # computed on other audio
+            draft.drop()   # computed on other audio
             draft = None
         # the draft becomes this turn's work: what stops the turn (a barge-in) stops the draft's generation too,
         # and its model work still waiting goes before other sessions' drafts
@@ -233,7 +233,7 @@ class Session(Drafting):
 
     async def _stop_turn(self) -> None:
         if self._draft is not None:
-            self._draft.cancel.set()
+            self._draft.drop()
             self._draft = None
         task, self._turn_task = self._turn_task, None
         if task is not None and not task.done():

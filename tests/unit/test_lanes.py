@@ -60,3 +60,35 @@ def test_results_errors_cancels_and_shutdown_through_the_event_loop():
     with pytest.raises(RuntimeError, match="after shutdown"):
         blocked[0].submit(pow, 2, 3)
     pool.shutdown()
+
+
+def generation(stop: threading.Event, started: threading.Event, ran: list, name: str) -> str:
+    """A stand-in for a draft's generation: passes until it is told to stop."""
+    started.set()
+    for _ in range(100):
+        if stop.is_set():
+            ran.append(f"{name} gave way")
+            return "cancelled"
+        threading.Event().wait(0.01)
+    ran.append(f"{name} finished")
+    return "done"
+
+
+def test_turn_work_interrupts_a_running_draft_unless_the_draft_was_adopted():
+    pool, ran = LanePool("test"), []
+    stop, started = threading.Event(), threading.Event()
+    draft = pool.submit(generation, stop, started, ran, "draft", speculative=True, interrupt=stop.set)
+    assert started.wait(5)
+    turn = pool.submit(ran.append, "turn")
+    assert draft.result(5) == "cancelled" and turn.result(5) is None
+    assert ran == ["draft gave way", "turn"]
+
+    ran.clear()
+    stop, started = threading.Event(), threading.Event()
+    adopted = pool.submit(generation, stop, started, ran, "adopted draft", speculative=True, interrupt=stop.set)
+    assert started.wait(5)
+    pool.promote(adopted)    # its session's turn ended on it: a caller waits for it now
+    turn = pool.submit(ran.append, "turn")
+    assert adopted.result(10) == "done" and turn.result(5) is None
+    assert ran == ["adopted draft finished", "turn"]
+    pool.shutdown()
