@@ -23,6 +23,8 @@ class Settings:
     ssl_certfile: str | None = None
     ssl_keyfile: str | None = None
     max_sessions: int = 4                 # concurrent voice sessions; more get 503
+    # a new call is refused while callers' turns wait longer than this for the language model (measured load)
+    max_turn_wait_s: float = 1.5
     connect_timeout_s: float = 20.0       # a WebRTC offer that never connects is dropped after this
     # access (app.server.auth)
     auth_token: str | None = None         # when set, every route but the page and /healthz wants it

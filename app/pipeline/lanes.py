@@ -11,6 +11,8 @@ interrupted.
 import heapq
 import itertools
 import threading
+import time
+from collections import deque
 from concurrent.futures import Executor, Future
 
 URGENT, SPECULATIVE = 0, 1
@@ -22,8 +24,10 @@ class LanePool:
 
     def __init__(self, name: str):
         self.name = name
-        self._queue: list[list] = []          # heap of [lane, arrival, future, fn, args, kwargs, interrupt]
+        # heap of [lane, arrival, future, fn, args, kwargs, interrupt, since]: since, when a caller began to wait
+        self._queue: list[list] = []
         self._running: list | None = None     # the entry of the job running now
+        self._waits: deque = deque(maxlen=8)  # (start time, seconds it waited) of the latest urgent jobs
         self._entries: dict[Future, list] = {}
         self._arrivals = itertools.count()
         self._ready = threading.Condition()
@@ -36,7 +40,8 @@ class LanePool:
         """fn(*args, **kwargs) on the thread; interrupt (speculative only): a callable that makes fn return
         early, called when urgent work arrives while fn runs."""
         future: Future = Future()
-        entry = [SPECULATIVE if speculative else URGENT, next(self._arrivals), future, fn, args, kwargs, interrupt]
+        entry = [SPECULATIVE if speculative else URGENT, next(self._arrivals), future, fn, args, kwargs, interrupt,
+                 time.monotonic()]
         with self._ready:
             if self._closed:
                 raise RuntimeError(f"{self.name}: cannot schedule new work after shutdown")
@@ -58,9 +63,16 @@ class LanePool:
         with self._ready:
             entry = self._entries.get(future)
             if entry is not None and entry[0] == SPECULATIVE:
-                entry[0] = URGENT
+                entry[0], entry[7] = URGENT, time.monotonic()   # a caller waits for it from now
                 if entry is not self._running:
                     heapq.heapify(self._queue)
+
+    def turn_wait_s(self, window_s: float = 30.0) -> float:
+        """The longest a caller's work waited for this thread, over its latest urgent jobs that started in the
+        last window_s seconds (0 when none did): the load a new call would join."""
+        now = time.monotonic()
+        with self._ready:
+            return max((wait for started, wait in self._waits if now - started <= window_s), default=0.0)
 
     def waiting(self) -> tuple[int, int]:
         """(urgent, speculative) jobs not yet started."""
@@ -88,6 +100,9 @@ class LanePool:
                 if not self._queue:
                     return
                 entry = self._running = heapq.heappop(self._queue)
+                if entry[0] == URGENT:
+                    now = time.monotonic()
+                    self._waits.append((now, now - entry[7]))
             future, fn, args, kwargs = entry[2:6]
             if future.set_running_or_notify_cancel():
                 try:

@@ -20,6 +20,7 @@ from app.server.auth import RateLimit, TokenGuard
 from app.server.metrics import Metrics
 from app.server.request_body import read_limited
 from app.settings import REPO_ROOT, Settings
+from app.transports.base import no_room
 from app.transports.twilio import STREAM_PATH
 from app.transports.twilio import router as telephony_router
 from app.transports.webrtc import Call, OfferError, parse_offer
@@ -151,8 +152,8 @@ def create_app(settings: Settings, services=None) -> FastAPI:
             description = parse_offer(body)
         except OfferError as exc:
             return _refuse(400, str(exc))
-        if len(state.calls) >= state.settings.max_sessions:
-            return _refuse(503, f"busy: all {state.settings.max_sessions} sessions are in use; try again later", 5)
+        if (refused := no_room(state)) is not None:
+            return _refuse(503, refused[1], 5)
         call = Call(state.services, connect_timeout_s=state.settings.connect_timeout_s,
                     on_closed=state.calls.discard, observer=state.metrics.observer(Call.TRANSPORT))
         state.calls.add(call)

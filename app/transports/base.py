@@ -21,7 +21,10 @@ def no_room(state) -> tuple[str, str] | None:
     if state.services is None or not state.services.ready:
         return "not_ready", "models still loading; try again shortly"
     if len(state.calls) >= state.settings.max_sessions:
-        return "busy", f"busy: all {state.settings.max_sessions} sessions are in use"
+        return "busy", f"busy: all {state.settings.max_sessions} sessions are in use; try again later"
+    wait_s = state.services.llm_lanes.turn_wait_s() if state.calls else 0.0
+    if wait_s > state.settings.max_turn_wait_s:
+        return "busy", f"busy: callers' turns are waiting {wait_s:.1f} s for the language model"
     return None
 
 

@@ -92,3 +92,17 @@ def test_turn_work_interrupts_a_running_draft_unless_the_draft_was_adopted():
     assert adopted.result(10) == "done" and turn.result(5) is None
     assert ran == ["adopted draft finished", "turn"]
     pool.shutdown()
+
+
+def test_the_wait_of_a_callers_work_is_measured_from_when_a_caller_waits():
+    pool, gate, _ = blocked_pool()
+    assert pool.turn_wait_s() < 0.05             # the job that blocks it started at once
+    draft = pool.submit(pow, 2, 3, speculative=True)
+    threading.Event().wait(0.3)                  # a draft waits unnoticed: nobody waits for it yet
+    pool.promote(draft)                          # now somebody does
+    turn = pool.submit(pow, 3, 2)
+    threading.Event().wait(0.1)
+    gate.set()
+    assert draft.result(5) == 8 and turn.result(5) == 9
+    assert 0.08 <= pool.turn_wait_s() < 0.3      # the longest urgent wait, the draft's speculative time excluded
+    pool.shutdown()

@@ -133,6 +133,26 @@ def test_sessions_are_capped_and_unconnected_offers_expire(served):
     assert client.post("/offer", json=offer).status_code == 200   # room again
 
 
+def test_a_call_is_refused_while_turns_wait_for_the_language_model():
+    """Admission by measured load: past max_turn_wait_s of a caller's work waiting for the LLM thread, a new
+    call gets 503 though sessions are free; with nobody on the line, or once the wait is old news, it is let in."""
+    services = Services(asr=None, tts=None, engine=FakeEngine(lambda m: "Hello."), toolbox=FakeToolbox(),
+                        system_prompt=None, ready=True)
+    app = create_app(Settings(connect_timeout_s=30.0, max_turn_wait_s=0.2), services)
+    offer = {"sdp": offer_sdp(), "type": "offer"}
+    with TestClient(app) as client:
+        lanes = services.llm_lanes
+        lanes.submit(time.sleep, 0.4)
+        lanes.submit(lambda: None).result(5)          # a turn that waited ~0.4 s for the model
+        assert lanes.turn_wait_s() >= 0.3
+        assert client.post("/offer", json=offer).status_code == 200    # nobody on the line: the wait is history
+        refused = client.post("/offer", json=offer)
+        assert refused.status_code == 503 and "waiting" in refused.json()["error"]
+        assert refused.headers["retry-after"] == "5" and len(app.state.calls) == 1
+        assert lanes.turn_wait_s(window_s=0.0) == 0.0   # out of the window, it no longer counts
+    services.shutdown()
+
+
 def test_shutdown_closes_every_call():
     services = Services(asr=None, tts=None, engine=FakeEngine(lambda m: "Hello."), toolbox=FakeToolbox(),
                         system_prompt=None, ready=True)
