@@ -177,12 +177,12 @@ def _parse(body: bytes, loaded: str) -> dict:
     temperature = req.get("temperature", 1)
     if not isinstance(temperature, (int, float)) or isinstance(temperature, bool) or not 0 <= temperature <= 2:
         raise ApiError(400, "'temperature' must be a number from 0 to 2", param="temperature")
-    tools = _tools(req.get("tools"))
+    tools = parse_tools(req.get("tools"))
     if tools and model == AGENT_MODEL:
         raise ApiError(400, f"'{AGENT_MODEL}' runs Parley's own tools; send yours to '{loaded}'", param="tools")
     return {"model": model, "messages": messages, "max_tokens": limit, "stream": bool(req.get("stream")),
             "stream_options": req.get("stream_options"), "tools": tools,
-            "tool_choice": _tool_choice(req.get("tool_choice"), tools)}
+            "tool_choice": parse_tool_choice(req.get("tool_choice"), tools)}
 
 
 def _text(content, param: str, allow_none: bool = False) -> str:
@@ -197,7 +197,7 @@ def _text(content, param: str, allow_none: bool = False) -> str:
     raise ApiError(400, f"{param} must be a string or a list of text parts", param=param)
 
 
-def _tools(tools) -> list[dict]:
+def parse_tools(tools) -> list[dict]:
     """The request's tools as {"name", "description", "parameters"} schemas."""
     if tools is None:
         return []
@@ -218,7 +218,7 @@ def _tools(tools) -> list[dict]:
     return out
 
 
-def _tool_choice(choice, tools: list[dict]):
+def parse_tool_choice(choice, tools: list[dict]):
     """"none", "auto", "required", or the name of the one tool to call."""
     if choice is None:
         return "auto" if tools else "none"
@@ -244,7 +244,7 @@ class ModelJob:
 
     def __init__(self, services, req: dict):
         self.engine, self.options, self.req = services.engine, services.agent_options, req
-        self.messages = _conversation(req["messages"], req["tools"])
+        self.messages = conversation_messages(req["messages"], req["tools"])
         self.tools = req["tools"]
         limit = self.engine.model.args.max_sequence_length
         self.prompt_tokens = len(self.engine.prompt_ids(self.messages))
@@ -304,7 +304,7 @@ class _AgentJob:
                           "total_tokens": prompt_tokens + turn.tokens}}
 
 
-def _conversation(messages: list[dict], tools: list[dict]) -> list[dict]:
+def conversation_messages(messages: list[dict], tools: list[dict]) -> list[dict]:
     """The request's messages in the model's chat format: calls as <tool_call> text, results as tool messages
     named after their call, and the tools described in the system message."""
     out, names = [], {}

@@ -3,14 +3,11 @@
 Transports pull fixed-size frames at their own real-time pace (an aiortc track, a Twilio pacer, a PortAudio
 callback). Each chunk carries the clause it speaks, so that on barge-in the history keeps only what was heard.
 """
-import logging
 import threading
 from collections import deque
 from dataclasses import dataclass
 
 import numpy as np
-
-log = logging.getLogger(__name__)
 
 
 @dataclass

@@ -134,7 +134,7 @@ class Session(Drafting):
             log.exception("session failed")
             if self.observer is not None:
                 self.observer.failed("session")
-            await self._emit({"type": "error", "message": f"session failed: {exc}"})
+            await self.report_error(f"session failed: {exc}")
         finally:
             if self._closed:
                 await self._stop_turn()
@@ -297,7 +297,7 @@ class Session(Drafting):
         log.exception("turn failed; ending the session")
         if self.observer is not None:
             self.observer.failed("turn")
-        await self._emit({"type": "error", "message": f"turn failed: {exc}"})
+        await self.report_error(f"turn failed: {exc}")
         self._failed = True
         self._input.put_nowait(None)
 

@@ -2,7 +2,7 @@
 object that `session.created` / `session.updated` describe."""
 from dataclasses import dataclass, field
 
-from app.api.chat import AGENT_MODEL, ApiError, _tool_choice, _tools
+from app.api.chat import AGENT_MODEL, ApiError, parse_tool_choice, parse_tools
 
 RATES = {"audio/pcm": 24_000, "audio/pcmu": 8_000, "audio/pcma": 8_000}
 BETA_FORMATS = {"pcm16": "audio/pcm", "g711_ulaw": "audio/pcmu", "g711_alaw": "audio/pcma"}  # the beta's names
@@ -122,7 +122,7 @@ def client_tools(tools, choice) -> tuple[list[dict], object]:
     if isinstance(choice, dict):
         choice = {"type": "function", "function": {"name": choice.get("name")}}
     try:
-        checked = _tools(wrapped)
-        return checked, _tool_choice("none" if choice == "auto" and not checked else choice, checked)
+        checked = parse_tools(wrapped)
+        return checked, parse_tool_choice("none" if choice == "auto" and not checked else choice, checked)
     except ApiError as exc:
         raise EventError(str(exc), param=f"session.{exc.param}") from None

@@ -2,7 +2,7 @@
 import threading
 
 from app.agent.protocol import TurnResult, retract_last_user_turn
-from app.api.chat import ApiError, ModelJob, _conversation
+from app.api.chat import ApiError, ModelJob, conversation_messages
 from app.api.realtime.config import Config, client_tools
 
 
@@ -25,7 +25,7 @@ class ClientConversation:
 
     def prompt(self) -> list[dict]:
         request = self._request()
-        return _conversation(request["messages"], request["tools"])
+        return conversation_messages(request["messages"], request["tools"])
 
     def draft(self, text, cancel=None):
         return None   # the client may change the conversation between turns: no speculative replies
