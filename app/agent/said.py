@@ -150,21 +150,36 @@ def words_pattern(said: Said) -> str | None:
     return f"^{word}(?:[ -]{word})*$"
 
 
+def latest(messages: list[dict], values_in) -> set[str]:
+    """The values (`values_in(text)`: the ones a text says) of the caller's latest message that says any, and of
+    the agent's spoken replies after it (a time it offered then); empty if the caller said none. A caller who
+    changes a detail ("fine, 4:30 then") means the new one: the earlier ones, and the clock times of tool
+    results (the time now, a day's opening hours), are not what they asked for."""
+    for i in range(len(messages) - 1, -1, -1):
+        if messages[i]["role"] == "user" and (values := set(values_in(messages[i]["content"]))):
+            offered = [m["content"] for m in messages[i + 1:] if m["role"] == "assistant"
+                       and not m["content"].startswith("<")]
+            return values.union(*(values_in(text) for text in offered))
+    return set()
+
+
 def held(schemas: list[dict], messages: list[dict], profile=None) -> list[dict]:
     """The schemas as the reply grammar holds a call to them, for `messages`:
     - a required x-said argument may be left out: the caller may not have said it yet, and a call that lacks it
       is answered with what is missing (`settle`), so the model writes the details it has instead of inventing
       the rest;
-    - an x-said clock time (CLOCK_PATTERN) is one of the times the conversation said, when it said any: the model
-      chooses between readings ("three thirty": 03:30 or 15:30; "3:30 p.m.": 15:30 alone) but never writes a time
-      nobody said;
-    - an x-said enum (a day) is held to the values the conversation said, when it said any;
-    - any other x-said string without a pattern of its own (a name, a service) is made of words the
-      conversation said (`words_pattern`): the model picks the caller's words ("Noah Smith"), never a name of
-      its own ("Owen Smith", which `settle` would drop, leaving the call to ask for the name again)."""
+    - an x-said clock time (CLOCK_PATTERN) or enum (a day) is one of the values the caller said last (`latest`),
+      when they said any; else one of those the conversation said, when it said any. The model chooses between
+      readings ("three thirty": 03:30 or 15:30; "3:30 p.m.": 15:30 alone; the one the business is open at,
+      when it is open at one only) but never writes a time nobody said;
+    - any other x-said string without a pattern of its own (a name, a service) is made of words the caller said
+      (`words_pattern`): the model picks the caller's words ("Noah Smith"), never a name of its own ("Owen
+      Smith", which `settle` would drop, leaving the call to ask for the name again) nor a word of the agent's
+      own replies ("got" from "you've got")."""
     said = Said(conversation_text(messages), profile)
-    heard = sorted(said.times)
-    free = words_pattern(said)
+    open_at = getattr(profile, "open_at", None)
+    free = words_pattern(Said([m["content"] for m in messages if m["role"] == "user"], profile))
+    enums: dict[tuple, list[str]] = {}  # the days of every tool that takes one are held alike
     out = json.loads(json.dumps(schemas))
     for s in out:
         params = s["parameters"]
@@ -174,11 +189,17 @@ def held(schemas: list[dict], messages: list[dict], profile=None) -> list[dict]:
         for spec in properties.values():
             if not spec.get(SAID) or spec.get("type") != "string":
                 continue
-            if heard and spec.get("pattern") == CLOCK_PATTERN:
-                del spec["pattern"]
-                spec["enum"] = heard
+            if spec.get("pattern") == CLOCK_PATTERN:
+                heard = latest(messages, lambda text: times_in(text, open_at)) or said.times
+                if heard:
+                    del spec["pattern"]
+                    spec["enum"] = sorted(heard)
             elif "enum" in spec:
-                spec["enum"] = [v for v in spec["enum"] if said.says(v)] or spec["enum"]
+                values = tuple(spec["enum"])
+                if values not in enums:
+                    last = latest(messages, lambda text: [v for v in values if is_said(v, [text], profile)])
+                    enums[values] = [v for v in values if v in last] or [v for v in values if said.says(v)] or values
+                spec["enum"] = list(enums[values])
             elif free and "pattern" not in spec:
                 spec["pattern"] = free
     return out

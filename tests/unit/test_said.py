@@ -8,8 +8,10 @@ from app.agent.options import AgentOptions
 from app.agent.profile import load_profile
 from app.agent.protocol import format_tool_call
 from app.agent.said import held, is_said, unsaid
+from app.agent.schema_grammar import ReplyGrammar
 from app.agent.store import open_store
 from app.agent.tools import SCHEMAS, Toolbox
+from tests.checkpoints import train_bpe
 from tests.fakes import FakeEngine
 
 PROFILE = load_profile(None)
@@ -113,12 +115,7 @@ def test_clock_times_are_held_to_those_the_conversation_said():
 
 
 def test_the_held_grammar_refuses_a_time_nobody_said():
-    from tokenizers import Tokenizer
-
-    from app.agent.schema_grammar import ReplyGrammar
-    from app.settings import FRONTDESK_LLM_DIR
-
-    tokenizer = Tokenizer.from_file(str(FRONTDESK_LLM_DIR / "tokenizer.json"))
+    tokenizer = train_bpe(["<|end|>"])
     schemas = held(SCHEMAS, [{"role": "user", "content": "a haircut Friday at 3:30 pm for Ana"}])
     grammar = ReplyGrammar(tokenizer, schemas, (tokenizer.token_to_id("<|end|>"),), tokenizer.get_vocab_size())
 
@@ -145,12 +142,7 @@ def test_names_and_services_are_held_to_words_the_conversation_said():
     assert not re.fullmatch(service, "hair coloring")  # a service nobody asked for
     assert "pattern" not in properties["day"]  # a day is held by its enum, a time by the times said
 
-    from tokenizers import Tokenizer
-
-    from app.agent.schema_grammar import ReplyGrammar
-    from app.settings import FRONTDESK_LLM_DIR
-
-    tokenizer = Tokenizer.from_file(str(FRONTDESK_LLM_DIR / "tokenizer.json"))
+    tokenizer = train_bpe(["<|end|>"])
     grammar = ReplyGrammar(tokenizer, held(SCHEMAS, messages, PROFILE), (tokenizer.token_to_id("<|end|>"),),
                            tokenizer.get_vocab_size())
 
@@ -175,3 +167,42 @@ def test_days_are_held_to_those_the_conversation_said():
     free = held(SCHEMAS, [{"role": "user", "content": "a blowout please"}], PROFILE)  # no day said: any day
     assert next(s for s in free if s["name"] == "book_appointment")["parameters"]["properties"]["day"] == \
         next(s for s in SCHEMAS if s["name"] == "book_appointment")["parameters"]["properties"]["day"]
+
+
+def _held_property(messages, tool, key):
+    return next(s for s in held(SCHEMAS, messages, PROFILE) if s["name"] == tool)["parameters"]["properties"][key]
+
+
+def test_a_detail_the_caller_changes_is_held_to_the_new_one():
+    messages = [{"role": "user", "content": "a color Tuesday at 5pm, I'm Fatima"},
+                {"role": "assistant", "content": format_tool_call("book_appointment", {"name": "Fatima"})},
+                {"role": "tool", "content": '{"result": {"ok": false, "error": "On Tuesday we close at 6:00 PM."}}'},
+                {"role": "assistant", "content": "Sorry, we close at 6:00 PM on Tuesday. Would another time work?"},
+                {"role": "user", "content": "fine, 4:30 then, or else Wednesday"}]
+    assert _held_property(messages, "book_appointment", "time")["enum"] == ["16:30"]  # the salon is shut at 4:30 am
+    assert _held_property(messages, "book_appointment", "day")["enum"] == ["wednesday"]
+    # a message that changes neither keeps the caller's last ones, and the times the agent offered after them
+    messages += [{"role": "assistant", "content": "Wednesday at 4:30 PM is taken; 5:00 PM is free."},
+                 {"role": "user", "content": "ok, that one"}]
+    assert _held_property(messages, "book_appointment", "time")["enum"] == ["16:30", "17:00"]
+    assert _held_property(messages, "check_availability", "day")["enum"] == ["wednesday"]
+
+
+def test_the_clock_of_a_tool_result_is_no_time_the_caller_asked_for():
+    messages = [{"role": "user", "content": "what time is it?"},
+                {"role": "assistant", "content": format_tool_call("current_datetime", {})},
+                {"role": "tool", "content": '{"result": {"ok": true, "time": "2:51 PM"}}'},
+                {"role": "assistant", "content": "It's 2:51 PM."},
+                {"role": "user", "content": "a blow dry Thursday, uh, 7 pm?"}]
+    assert _held_property(messages, "book_appointment", "time")["enum"] == ["19:00"]
+
+
+def test_names_are_held_to_the_callers_words_not_the_agents():
+    import re
+
+    messages = [{"role": "user", "content": "a blow dry Thursday at 7 pm"},
+                {"role": "assistant", "content": "You've got it. Who is it for?"},
+                {"role": "user", "content": "García. Lucía García."}]
+    name = _held_property(messages, "book_appointment", "name")["pattern"]
+    assert re.fullmatch(name, "Lucía García")
+    assert not re.fullmatch(name, "got") and not re.fullmatch(name, "Who")
