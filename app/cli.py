@@ -13,7 +13,6 @@ COMMAND_MODULES = (
     "app.commands.chat",
     "app.commands.mic",
     "app.commands.llm",
-    "app.commands.train",
     "app.commands.adapt",
     "app.commands.eval",
 )
@@ -32,7 +31,7 @@ def flush_denormals() -> None:
     """Denormal floats compute as zeros, in every torch CPU thread started after this (they inherit the setting).
 
     NOTE: a trained model's activations underflow into denormals, which the CPU handles many times slower: a
-    training step of the embedded model took 0.68 s fresh and 1.10 s by step 1500 (2 threads; 1.19 and 1.98 s on
+    training step of Parley's earlier from-scratch model took 0.68 s fresh and 1.10 s by step 1500 (2 threads; 1.19 and 1.98 s on
     1), and set after torch had started its threads the flag helped only its own thread (1.09 s).
     """
     import torch  # deferred: the model stack (see app/commands/__init__.py)

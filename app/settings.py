@@ -6,7 +6,6 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SMOLLM2_ADAPTER_DIR = REPO_ROOT / "llm" / "weights" / "parley-smollm2"  # `parley adapt`'s LoRA on SmolLM2
-FRONTDESK_LLM_DIR = REPO_ROOT / "llm" / "weights" / "parley-frontdesk"  # `parley train`'s from-scratch model
 DEFAULT_LLM_DIR = SMOLLM2_ADAPTER_DIR  # the embedded brain: SmolLM2-135M-Instruct with Parley's adapter
 
 

@@ -6,6 +6,7 @@ reply blocks; the loss trains every block position the sampler fills. Only the L
 token's embedding are trained; the base stays as the package ships it.
 """
 import json
+import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +22,6 @@ from llm.gguf import build_model, read_gguf, smollm2_path
 from llm.model import DTYPES, Transformer
 from llm.quant import quantize_int8
 from llm.tokenizer import CheckpointError, read_json
-from llm.train import learning_rate
 
 ADAPTER_FILE = "adapter.safetensors"
 CONFIG_FILE = "config.json"
@@ -44,6 +44,14 @@ class AdaptOptions:
     share_prefix: bool = True         # run the examples' common prefix (the system prompt) once a step, no grad
     seed: int = 0
     threads: int = 2                  # torch CPU threads for training; the result depends on it
+
+
+def learning_rate(step: int, opts: AdaptOptions) -> float:
+    """A linear warmup over warmup_steps, then a cosine down to lr * min_lr_ratio at the last step."""
+    if step < opts.warmup_steps:
+        return opts.lr * (step + 1) / opts.warmup_steps
+    progress = (step - opts.warmup_steps) / max(1, opts.steps - opts.warmup_steps)
+    return opts.lr * (opts.min_lr_ratio + (1 - opts.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress)))
 
 
 @dataclass
@@ -112,7 +120,7 @@ def adapt(model: Transformer, examples: list[Example], mask_id: int, opts: Adapt
                 e = examples[order.pop()]
                 batch.append(block_batch(e.ids, e.spans, opts.block_length, mask_id, generator, opts.ar_weight))
             for group in optimizer.param_groups:
-                group["lr"] = learning_rate(step, opts)  # the same warmup and cosine as llm.train
+                group["lr"] = learning_rate(step, opts)
             loss = packed_loss(model, batch, mask_embedding, mask_id, prefix_len)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()

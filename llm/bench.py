@@ -44,24 +44,19 @@ def block_methods(opts: BenchOptions) -> list[tuple[str, BlockOptions | None]]:
     return rows
 
 
-def methods(opts: BenchOptions, engine_shifted: bool = False) -> list[tuple[str, DecodeOptions | None]]:
-    """(row name, diffusion options) for each method; None is the autoregressive baseline. A shift_logits model
-    also gets the left cache rows (exact for left-context training; drafts change the passes, not the reply)."""
+def methods(opts: BenchOptions) -> list[tuple[str, DecodeOptions | None]]:
+    """(row name, diffusion options) for each method; None is the autoregressive baseline."""
     common = dict(max_new_tokens=opts.max_new_tokens, block_length=opts.block_length, stop_at_eos=opts.stop_at_eos)
     rows: list[tuple[str, DecodeOptions | None]] = [(BASELINE, None)]
     for cache, name in CACHE_NAMES.items():
         rows.append((f"threshold {opts.threshold}, {name}", DecodeOptions(threshold=opts.threshold, cache=cache, **common)))
     for cache, name in CACHE_NAMES.items():
         rows.append((f"steps {opts.steps}/block, {name}", DecodeOptions(steps=opts.steps, cache=cache, **common)))
-    if engine_shifted:
-        for draft, name in ((0, "left cache, one token per pass"), (16, "left cache, 16 drafted, verified")):
-            rows.append((name, DecodeOptions(max_new_tokens=opts.max_new_tokens, block_length=1, cache="left",
-                                             draft_tokens=draft, stop_at_eos=opts.stop_at_eos)))
     return rows
 
 
 @torch.inference_mode()
-def _autoregressive_run(engine: Engine, prompt_ids: list[int], read, opts: BenchOptions) -> dict:
+def _autoregressive_run(engine: Engine, prompt_ids: list[int], opts: BenchOptions) -> dict:
     start = time.perf_counter()
     first_block_s = None
 
@@ -71,20 +66,20 @@ def _autoregressive_run(engine: Engine, prompt_ids: list[int], read, opts: Bench
             first_block_s = time.perf_counter() - start
     prompt = torch.tensor(prompt_ids, dtype=torch.long, device=engine.device)
     decoded = autoregressive_reply(engine.model, prompt, engine.special, opts.max_new_tokens, opts.stop_at_eos,
-                                   on_token=on_token, read=read)
+                                   on_token=on_token)
     seconds = time.perf_counter() - start
     return dict(passes=decoded.passes, tokens=len(decoded.tokens), seconds=seconds,
                 first_block_s=first_block_s or seconds)
 
 
-def _run(engine: Engine, prompt_ids: list[int], read, decode: DecodeOptions | None, opts: BenchOptions) -> dict:
+def _run(engine: Engine, prompt_ids: list[int], decode: DecodeOptions | None, opts: BenchOptions) -> dict:
     if decode is None:
-        return _autoregressive_run(engine, prompt_ids, read, opts)
+        return _autoregressive_run(engine, prompt_ids, opts)
     if isinstance(decode, BlockOptions):
         engine.forget_prefix()  # every run pays its prefill, as the autoregressive row does
         gen = engine.generate_blocks(prompt_ids, decode)
     else:
-        gen = engine.generate_ids(prompt_ids, decode, read=read)
+        gen = engine.generate_ids(prompt_ids, decode)
     return dict(passes=gen.passes, tokens=gen.tokens, seconds=gen.seconds, first_block_s=gen.first_block_s)
 
 
@@ -92,12 +87,12 @@ def run_bench(engine: Engine, messages: list[dict], opts: BenchOptions) -> list[
     """One row per method: median passes, tokens, tokens/pass, tokens/s, first-block and total ms, ratios."""
     if opts.repeats < 1:
         raise ValueError(f"repeats={opts.repeats} must be >= 1")
-    prompt_ids, read = engine.prompt_read(messages)  # read: a reader's features, for a model with one
+    prompt_ids = engine.prompt_ids(messages)
     rows = []
-    rows_of = block_methods(opts) if engine.left_to_right else methods(opts, engine.model.args.shift_logits)
+    rows_of = block_methods(opts) if engine.left_to_right else methods(opts)
     for name, decode in rows_of:
-        _run(engine, prompt_ids, read, decode, opts)  # warm-up
-        runs = [_run(engine, prompt_ids, read, decode, opts) for _ in range(opts.repeats)]
+        _run(engine, prompt_ids, decode, opts)  # warm-up
+        runs = [_run(engine, prompt_ids, decode, opts) for _ in range(opts.repeats)]
         med = {key: statistics.median(r[key] for r in runs) for key in runs[0]}
         rows.append(dict(method=name, passes=med["passes"], tokens=med["tokens"],
                          tokens_per_pass=statistics.median(r["tokens"] / max(r["passes"], 1) for r in runs),

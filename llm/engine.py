@@ -1,5 +1,4 @@
 """The Engine: a loaded model, its tokenizer and chat format, and `generate` with per-block streaming."""
-import dataclasses
 import threading
 import time
 from dataclasses import dataclass
@@ -11,9 +10,8 @@ from tokenizers import Tokenizer
 from llm import chat
 from llm.blockdiff import BlockOptions, Matcher, PrefixCache, block_reply, next_token_logits
 from llm.drafter import Drafter
-from llm.generate import DecodeOptions, ModelDenoiser, SpecialIds, TokenFilter, denoise_reply, left_reply
+from llm.generate import DecodeOptions, ModelDenoiser, SpecialIds, denoise_reply
 from llm.model import Transformer
-from llm.reader import dense, read_prompt
 
 
 @dataclass
@@ -81,15 +79,14 @@ def _cache_mode(use_cache) -> str:
         return "prefix"
     if use_cache is False:
         return "none"
-    return use_cache  # "prefix" | "dual" | "none" | "left", checked by DecodeOptions
+    return use_cache  # "prefix" | "dual" | "none", checked by DecodeOptions
 
 
 class Engine:
     """A diffusion LM ready to chat: `generate(messages)` writes the assistant's reply."""
 
     def __init__(self, model: Transformer, tokenizer: Tokenizer, chat_style: str, special: SpecialIds,
-                 bos_token: str | None = None, drafter: Drafter | None = None, reader=None,
-                 left_to_right: bool = False):
+                 bos_token: str | None = None, left_to_right: bool = False):
         if chat_style not in chat.STYLES:
             raise ValueError(f"chat_style {chat_style!r}: choose one of {', '.join(chat.STYLES)}")
         self.model = model.eval()
@@ -97,11 +94,7 @@ class Engine:
         self.chat_style = chat_style
         self.special = special
         self.bos_token = bos_token  # LLaDA's template opens with it
-        # guesses for cache="left" to verify: the checkpoint's n-gram table, else prompt lookup alone
-        self.drafter = drafter or Drafter()
-        self.reader = reader  # llm.reader.Reader for a model with reader_dim: Whisper's reading of the caller's words
-        if (reader is None) != (not model.args.reader_dim):
-            raise ValueError(f"a model with reader_dim={model.args.reader_dim} needs a reader, and only such a model")
+        self.drafter = Drafter()  # guesses for cache="block" to verify (draft_length): prompt lookup
         weight = model.transformer.wte.weight
         self.device, self.dtype = weight.device, weight.dtype
         # a model pretrained left to right (SmolLM2): block diffusion with causal attention is its decoder
@@ -126,27 +119,15 @@ class Engine:
         text = chat.render(messages, self.chat_style, add_generation_prompt=True, bos_token=self.bos_token)
         return self.tokenizer.encode(text, add_special_tokens=False)
 
-    def prompt_read(self, messages: list[dict]) -> tuple[list[int], torch.Tensor | None]:
-        """prompt_ids(messages), and for a model with a reader what it makes of the caller's words (T, reader_dim)."""
-        if self.reader is None:
-            return self.prompt_ids(messages), None
-        encoding = self._encode(messages)
-        read = dense(read_prompt(self.reader, messages, encoding.offsets), len(encoding.ids))
-        return encoding.ids, read.to(self.device)
-
     def generate(self, messages: list[dict], *, max_new_tokens: int = DecodeOptions.max_new_tokens,
                  block_length: int = DecodeOptions.block_length, threshold: float = DecodeOptions.threshold, steps: int | None = None, temperature: float = 0.0,
                  on_block: Callable[[str], None] | None = None, cancel: threading.Event | None = None,
                  use_cache: bool | str = True, seed: int | None = None, stop_at_eos: bool = True,
-                 allows: TokenFilter | None = None, matcher: Matcher | None = None,
-                 draft_length: int = 0) -> Generation:
+                 matcher: Matcher | None = None, draft_length: int = 0) -> Generation:
         """The assistant's reply to messages; on_block(text) gets each block's new text as soon as it settles.
 
-        use_cache: True/"prefix" (Fast-dLLM prefix cache), "dual" (prefix and suffix), False/"none", or "left"
-        (greedy, left to right, exact for left-context-trained models; see llm.generate.left_reply).
-        allows: a grammar for the reply (app.agent.tool_grammar), with use_cache="left" only: a token is committed left
-        to right, so the text before it is settled when the grammar judges it.
-        use_cache="block": block diffusion on a left-to-right model with an exact, reused KV cache
+        use_cache: True/"prefix" (Fast-dLLM prefix cache), "dual" (prefix and suffix), False/"none", or
+        "block": block diffusion on a left-to-right model with an exact, reused KV cache
         (llm.blockdiff); matcher: the reply grammar's state (app.agent.schema_grammar), which judges every commit;
         draft_length: up to this many tokens a pass guessed by the engine's drafter (prompt lookup) and verified,
         which changes the passes, not the reply.
@@ -161,11 +142,7 @@ class Engine:
         opts = DecodeOptions(max_new_tokens=max_new_tokens, block_length=block_length, threshold=threshold,
                              steps=steps, temperature=temperature, cache=_cache_mode(use_cache),
                              stop_at_eos=stop_at_eos)
-        start = time.perf_counter()
-        ids, read = self.prompt_read(messages)
-        reading = time.perf_counter() - start  # the reader's time is the LLM's: it counts in the turn
-        gen = self.generate_ids(ids, opts, on_block=on_block, cancel=cancel, seed=seed, allows=allows, read=read)
-        return dataclasses.replace(gen, seconds=gen.seconds + reading, first_block_s=gen.first_block_s + reading)
+        return self.generate_ids(self.prompt_ids(messages), opts, on_block=on_block, cancel=cancel, seed=seed)
 
     @torch.inference_mode()
     def end_of_turn_probability(self, messages: list[dict], text: str) -> float:
@@ -207,25 +184,15 @@ class Engine:
 
     @torch.inference_mode()
     def generate_ids(self, prompt_ids: list[int], opts: DecodeOptions, on_block=None, cancel=None,
-                     seed: int | None = None, allows: TokenFilter | None = None,
-                     read: torch.Tensor | None = None) -> Generation:
-        """generate() on an already tokenized prompt; read: prompt_read's features for a model with a reader."""
-        if (read is None) != (self.reader is None):
-            raise ValueError("a model with a reader needs the prompt's read features (prompt_read), and only such a model")
-        if allows is not None and opts.cache != "left":
-            raise ValueError(f"a grammar needs cache='left' (left to right), not cache={opts.cache!r}")
+                     seed: int | None = None) -> Generation:
+        """generate() on an already tokenized prompt."""
         self._check_fits(len(prompt_ids), opts.max_new_tokens)
         streamed = _Streamed(self.tokenizer, on_block)
         generator = None
         if seed is not None:
             generator = torch.Generator(device=self.device).manual_seed(seed)
         prompt = torch.tensor(prompt_ids, dtype=torch.long, device=self.device)
-        if opts.cache == "left":
-            decoded = left_reply(self.model, prompt, self.special, opts, self.drafter, on_block=streamed.settled,
-                                 cancel=cancel, allows=allows, read=read)
-        else:
-            denoise = ModelDenoiser(self.model, len(prompt_ids) + opts.max_new_tokens, opts.cache, opts.refresh_passes,
-                                    prompt_len=len(prompt_ids), read=read)
-            decoded = denoise_reply(denoise, prompt, self.special, opts, on_block=streamed.settled, cancel=cancel,
-                                    generator=generator)
+        denoise = ModelDenoiser(self.model, len(prompt_ids) + opts.max_new_tokens, opts.cache, opts.refresh_passes)
+        decoded = denoise_reply(denoise, prompt, self.special, opts, on_block=streamed.settled, cancel=cancel,
+                                generator=generator)
         return streamed.finish(decoded)

@@ -10,11 +10,10 @@ from dataclasses import dataclass
 from typing import Callable
 
 import torch
-import torch.nn.functional as F
 
 import kernels
 
-CACHE_MODES = ("prefix", "dual", "none", "left")
+CACHE_MODES = ("prefix", "dual", "none")
 
 
 @dataclass(frozen=True)
@@ -33,9 +32,7 @@ class DecodeOptions:
     threshold: float = 0.9        # commit every masked token at least this confident (and the best one)
     steps: int | None = None      # instead: passes per block, each committing ~block_length/steps tokens
     temperature: float = 0.0      # > 0: Gumbel noise on the choice (LLaDA); confidence is still softmax prob
-    cache: str = "prefix"         # prefix: KV before the block reused by its passes; dual: also after; none;
-                                  # left: greedy, left to right, exact for left-context training (left_reply)
-    draft_tokens: int = 16        # left: guessed tokens verified per pass (0: one token per pass)
+    cache: str = "prefix"         # prefix: KV before the block reused by its passes; dual: also after; none
     refresh_passes: int = 0       # with a cache: recompute it every this many passes of a block (0 = once)
     stop_at_eos: bool = True      # False: always fill max_new_tokens (benchmarks)
 
@@ -53,11 +50,6 @@ class DecodeOptions:
             raise ValueError(f"cache={self.cache!r}: choose one of {', '.join(CACHE_MODES)}")
         if self.refresh_passes < 0:
             raise ValueError(f"refresh_passes={self.refresh_passes} must be >= 0")
-        if self.cache == "left" and (self.block_length != 1 or self.temperature > 0 or self.steps is not None):
-            raise ValueError(f"cache='left' decodes greedily, left to right: block_length={self.block_length} must "
-                             f"be 1, temperature={self.temperature} 0 and steps={self.steps} None")
-        if self.draft_tokens < 0:
-            raise ValueError(f"draft_tokens={self.draft_tokens} must be >= 0")
 
 
 @dataclass
@@ -65,21 +57,6 @@ class Decoded:
     tokens: list[int]   # the reply's ids, up to (not including) the first stop id
     passes: int         # denoising forward passes
     stopped: str        # "eos", "length" or "cancelled"
-
-
-# A grammar for left_reply: allows(reply ids so far, token) -> may token come next (app.agent.tool_grammar).
-TokenFilter = Callable[[list[int], int], bool]
-
-
-def allowed_choice(row: torch.Tensor, ids: list[int], choice: int, allows: TokenFilter | None, mask_id: int) -> int:
-    """`choice` (the row's argmax) if the grammar allows it after `ids`, else the row's best token it allows
-    (the model's choice when it allows none)."""
-    if allows is None or allows(ids, choice):
-        return choice
-    for token in row.argsort(descending=True).tolist():
-        if token != mask_id and allows(ids, token):
-            return token
-    return choice
 
 
 # A denoiser: (canvas (1, T), block_start, block_end, pass_in_block) -> logits (block_end - block_start, V),
@@ -90,20 +67,11 @@ Denoiser = Callable[[torch.Tensor, int, int, int], torch.Tensor]
 class ModelDenoiser:
     """Block logits from a Transformer: a full pass fills the KV cache, later passes recompute only part."""
 
-    def __init__(self, model, canvas_len: int, cache: str = "prefix", refresh_passes: int = 0, prompt_len: int = 0,
-                 read: torch.Tensor | None = None):
+    def __init__(self, model, canvas_len: int, cache: str = "prefix", refresh_passes: int = 0):
         self.model = model
-        # a reader's features of the prompt (prompt_len, reader_dim), zeros over the rest of the canvas
-        self.read = None if read is None else F.pad(read, (0, 0, 0, canvas_len - read.shape[0]))[None]
-        self.prompt_len = prompt_len  # a copy head points into canvas[:prompt_len] (required then)
-        self.source = None  # the copy head's source, from the latest full pass
         self.mode = cache
         self.refresh_passes = refresh_passes
         self.shift = int(model.args.shift_logits)  # raw row i - shift holds the logits of token i
-        if cache == "left":
-            raise ValueError("cache='left' is left_reply's, not a block denoiser's")
-        if model.args.copy_head_dim and prompt_len < 1:
-            raise ValueError("a model with a copy head needs prompt_len, the positions it copies from")
         self.cache = None if cache == "none" else model.new_cache(1, canvas_len)
 
     def __call__(self, canvas, block_start, block_end, pass_in_block):
@@ -111,19 +79,15 @@ class ModelDenoiser:
         full = (self.cache is None or pass_in_block == 0
                 or (self.refresh_passes and pass_in_block % self.refresh_passes == 0))
         if full:
-            hidden = self.model.trunk(canvas, 0, self.cache, read=self.read)
-            self.source = self.model.copy_source(hidden[:, :self.prompt_len], canvas[:, :self.prompt_len])
-            hidden = hidden[:, lo:hi]  # (1, L, d)
+            hidden = self.model.trunk(canvas, 0, self.cache)[:, lo:hi]  # (1, L, d)
         elif self.mode == "prefix":
             # the block and everything after it, attending to the cached prefix
-            read = None if self.read is None else self.read[:, lo:]
-            hidden = self.model.trunk(canvas[:, lo:], lo, self.cache, read=read)[:, :hi - lo]
+            hidden = self.model.trunk(canvas[:, lo:], lo, self.cache)[:, :hi - lo]
         else:
             # dual: only the block (and Dream's one row before it), attending to cached keys on both sides
-            read = None if self.read is None else self.read[:, lo:block_end]
-            hidden = self.model.trunk(canvas[:, lo:block_end], lo, self.cache, kv_len=canvas.shape[1], read=read)
+            hidden = self.model.trunk(canvas[:, lo:block_end], lo, self.cache, kv_len=canvas.shape[1])
             hidden = hidden[:, :hi - lo]
-        return self.model.head(hidden, self.source)[0]  # (L, V)
+        return self.model.head(hidden)[0]  # (L, V)
 
 
 def score(logits: torch.Tensor, mask_id: int, temperature: float = 0.0, generator=None):
@@ -223,104 +187,19 @@ def denoise_reply(denoise: Denoiser, prompt: torch.Tensor, special: SpecialIds, 
     return Decoded(tokens, passes, "length")
 
 
-def left_reply(model, prompt: torch.Tensor, special: SpecialIds, opts: DecodeOptions, drafter=None,
-               on_block: Callable[[list[int]], None] | None = None, cancel: threading.Event | None = None,
-               allows: TokenFilter | None = None, read: torch.Tensor | None = None) -> Decoded:
-    """Greedy, left to right, on the canvas of masks, with exactly the attention left-context training teaches.
-
-    For a shift_logits model trained on left-context sequences (llm/train.py): there the prompt and the masks see
-    only the prompt and the masks, and the settled token j sees the prompt, the settled tokens up to j and the
-    masks after j, so nothing computed changes when a later token settles. One full pass over [prompt | masks]
-    fills the KV cache; the last prompt row holds the first token. Each later pass runs the token settled last
-    (its row holds the next token) and, when a drafter guesses, the guessed tokens after it, each seeing the
-    chunk up to itself and the masks after it: every guess that matches the row before it is the model's own
-    choice, so a pass commits the matching guesses and one token more, and the reply is the same as one token per
-    pass. The committed tokens' keys replace their masks' in the cache (no later row attends to a mask before it).
-    allows: a grammar; each committed token is the row's best token it allows (a guess must equal that).
-    """
-    if not model.args.shift_logits:
-        raise ValueError("cache='left' needs a shift_logits model (a settled token's row predicts the next)")
-    n_prompt = prompt.numel()
-    if n_prompt == 0:
-        raise ValueError("the prompt is empty: render at least the assistant header")
-    total = n_prompt + opts.max_new_tokens
-    canvas = torch.full((1, total), special.mask, dtype=torch.long, device=prompt.device)
-    canvas[0, :n_prompt] = prompt
-    cache = model.new_cache(1, total + opts.draft_tokens + 1)  # and room for a pass's chunk (_verify)
-    if read is not None:  # a reader's features of the prompt (n_prompt, reader_dim); the reply has none
-        read = F.pad(read, (0, 0, 0, total - n_prompt))[None]
-    hidden = model.trunk(canvas, 0, cache, read=read, rows=n_prompt)  # the masks' keys, the prompt's rows
-    source = model.copy_source(hidden, prompt[None])  # what a copy head points into (None without one)
-    last_row = model.head(hidden[:, -1:], source)[0]  # the last prompt row holds token n_prompt
-    new = [allowed_choice(last_row[0], [], kernels.confidence_argmax(last_row, special.mask)[0].item(), allows,
-                          special.mask)]
-    context, tokens, passes = prompt.tolist(), [], 1
-    while True:
-        new = new[:opts.max_new_tokens - len(tokens)]
-        cut = first_stop(new, special.stop) if opts.stop_at_eos else None
-        tokens += new[:cut]
-        context += new
-        if on_block is not None and new[:cut]:
-            on_block(new[:cut])
-        if cut is not None:
-            return Decoded(tokens, passes, "eos")
-        if len(tokens) >= opts.max_new_tokens:
-            return Decoded(tokens, passes, "length")
-        if cancel is not None and cancel.is_set():
-            return Decoded(tokens, passes, "cancelled")
-        last = n_prompt + len(tokens) - 1  # the position of the token settled last
-        guess = drafter.propose(context, min(opts.draft_tokens, total - 2 - last)) if drafter else []
-        new = _verify(model, cache, total, source, tokens, last, guess, special.mask, allows)
-        passes += 1
-
-
-def _verify(model, cache, total: int, source, settled: list[int], position: int, guess: list[int], mask_id: int,
-            allows: TokenFilter | None = None) -> list[int]:
-    """One left pass: the last settled token at `position`, then the guesses after it -> the matching guesses and
-    one token more (with a grammar, each row's choice is its best allowed token after what precedes it).
-
-    Row r sees every cached key of the canvas (its first `total` positions) but the masks at position ..
-    position + r (the chunk's rows up to r replace them), and the chunk's keys up to row r, which trunk_masked
-    writes in the cache's room after the canvas. The rows that settle write their keys into the canvas's part.
-    """
-    device = cache.k.device
-    chunk = torch.tensor([settled[-1], *guess], device=device)[None]  # (1, m)
-    m = chunk.shape[1]
-    rows = torch.arange(m, device=device)[:, None]
-    cols = torch.arange(total, device=device)[None]
-    allowed = torch.cat([(cols < position) | (cols > position + rows), cols[:, :m] <= rows], dim=1)  # (m, T + m)
-    positions = torch.arange(position, position + m, device=device)[None]
-    hidden, chunk_kv = model.trunk_masked(chunk, positions, allowed[None], cache, total)
-    logits = model.head(hidden, source)[0]  # (m, V)
-    choice = kernels.confidence_argmax(logits, mask_id)[0].tolist()  # (m,)
-    n = 0
-    while True:
-        choice[n] = allowed_choice(logits[n], settled + guess[:n], choice[n], allows, mask_id)
-        if n == len(guess) or guess[n] != choice[n]:
-            break
-        n += 1
-    for i, (k, v) in enumerate(chunk_kv):
-        cache.k[i][:, :, position:position + n + 1] = k[:, :, :n + 1]
-        cache.v[i][:, :, position:position + n + 1] = v[:, :, :n + 1]
-    return guess[:n] + [choice[n]]
-
-
 def autoregressive_reply(model, prompt: torch.Tensor, special: SpecialIds, max_new_tokens: int,
-                         stop_at_eos: bool = True, on_token=None, read: torch.Tensor | None = None) -> Decoded:
+                         stop_at_eos: bool = True, on_token=None) -> Decoded:
     """Baseline: the same weights under a causal mask with a KV cache, one greedy token per pass.
-    read: a reader's features of the prompt (n_prompt, reader_dim), for a model with one.
 
     The last position's raw logits pick the next token, so only a model trained left to right (Dream's
     shifted head) says anything sensible; for the others this measures the cost of decoding this way.
     """
     n_prompt = prompt.numel()
     cache = model.new_cache(1, n_prompt + max_new_tokens)
-    hidden = model.trunk(prompt[None], 0, cache, causal=True, read=None if read is None else read[None])
-    source = model.copy_source(hidden, prompt[None])
-    hidden = hidden[:, -1:]  # (1, 1, d)
+    hidden = model.trunk(prompt[None], 0, cache, causal=True)[:, -1:]  # (1, 1, d)
     tokens = []
     for pos in range(n_prompt, n_prompt + max_new_tokens):
-        token, _ = kernels.confidence_argmax(model.head(hidden, source)[0], special.mask)  # (1,)
+        token, _ = kernels.confidence_argmax(model.head(hidden)[0], special.mask)  # (1,)
         token_id = token.item()
         if stop_at_eos and token_id in special.stop:
             return Decoded(tokens, len(tokens) + 1, "eos")

@@ -16,13 +16,10 @@ from tqdm import tqdm
 
 from llm import chat
 from llm.adapt import load_adapted
-from llm.drafter import Drafter
 from llm.engine import Engine
 from llm.generate import SpecialIds
 from llm.gguf import load_gguf
 from llm.model import DTYPES, ModelArgs, Transformer
-from llm.reader import FILE as READER_FILE  # Whisper's encoding of silence, for a model with a reader
-from llm.reader import Reader
 from llm.tokenizer import CheckpointError, load_tokenizer, read_json, token_string
 
 FAMILIES = ("parley", "llada", "dream")
@@ -103,11 +100,7 @@ def model_args(family: str, config: dict, config_path: Path) -> ModelArgs:
                     qkv_bias=bool(config.get("include_qkv_bias", False)),
                     weight_tying=bool(config.get("weight_tying", False)),
                     rope_full_precision=bool(config.get("rope_full_precision", False)),
-                    shift_logits=bool(own.get("shift_logits", False)),
-                    copy_head_dim=int(own.get("copy_head_dim", 0)), copy_roles=tuple(own.get("copy_roles", ())),
-                    copy_never=tuple(own.get("copy_never", ())), copy_twins=_twin_maps(own),
-                    copy_lookaround=bool(own.get("copy_lookaround", False)),
-                    reader_dim=int(own.get("reader_dim", 0)))
+                    shift_logits=bool(own.get("shift_logits", False)))
     head_dim = config.get("head_dim")
     if head_dim is not None and head_dim * args["n_heads"] != args["d_model"]:
         raise CheckpointError(f"{config_path}: head_dim={head_dim} is not d_model / n_heads")
@@ -115,12 +108,6 @@ def model_args(family: str, config: dict, config_path: Path) -> ModelArgs:
         return ModelArgs(**args)
     except ValueError as exc:
         raise CheckpointError(f"{config_path}: {exc}") from None
-
-
-def _twin_maps(config: dict) -> tuple:
-    """copy_twins as tuples; a checkpoint from before the maps had one, its lowercase twins, as "copy_fold"."""
-    maps = config.get("copy_twins", [config["copy_fold"]] if config.get("copy_fold") else [])
-    return tuple(tuple(tuple(pair) for pair in pairs) for pairs in maps)
 
 
 def _ids(value) -> list[int]:
@@ -173,7 +160,7 @@ def weight_files(path: Path) -> dict[Path, list[str] | None]:
             if not file.is_file():
                 raise CheckpointError(f"{file}: shard listed in {index_path.name} is missing")
         return files
-    files = sorted(f for f in path.glob("*.safetensors") if f.name != READER_FILE)  # not the model's (llm.reader)
+    files = sorted(path.glob("*.safetensors"))
     if not files:
         raise CheckpointError(f"{path}: no *.safetensors weights (and no model.safetensors.index.json)")
     return {file: None for file in files}
@@ -257,17 +244,7 @@ def load(path, device=None, dtype=None) -> Engine:
         model = Transformer(args)
     model.load_state_dict(load_weights(model, family, path, device, dtype), assign=True)
     model.reset_rope(device)
-    try:
-        drafter = Drafter.load(path)
-    except ValueError as exc:
-        raise CheckpointError(str(exc)) from None
-    reader = None
-    if args.reader_dim:  # Whisper's text decoder reads the caller's words (llm.reader)
-        if not (path / READER_FILE).is_file():
-            raise CheckpointError(f"{path}: reader_dim={args.reader_dim} but no {READER_FILE}")
-        reader = Reader.load(path)
-    return Engine(model, tokenizer, family, special, bos_token(path) if family == "llada" else None, drafter,
-                  reader)
+    return Engine(model, tokenizer, family, special, bos_token(path) if family == "llada" else None)
 
 
 def save_parley(model: Transformer, tokenizer: Tokenizer, out_dir) -> Path:
@@ -284,9 +261,6 @@ def save_parley(model: Transformer, tokenizer: Tokenizer, out_dir) -> Path:
     # only when set, so LLaDA-layout parley checkpoints stay as they were
     if not fields["shift_logits"]:
         fields.pop("shift_logits")
-    for name in ("copy_head_dim", "copy_roles", "copy_never", "copy_twins", "copy_lookaround", "reader_dim"):
-        if not fields[name]:
-            fields.pop(name)
     dtype = model.transformer.wte.weight.dtype
     config = {"model_type": "parley", "architectures": ["ParleyDiffusionLM"], **fields,
               "mask_token_id": token_ids[chat.MASK], "eos_token_id": token_ids[chat.END],

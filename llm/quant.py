@@ -40,6 +40,6 @@ def quantize_int8(model: Transformer) -> Transformer:
             for name in INT8_LINEARS:
                 linear = getattr(block, name)
                 setattr(block, name, int8(linear.weight.detach(), linear.bias))
-        if model.args.weight_tying and not model.args.copy_head_dim:
+        if model.args.weight_tying:
             model.tied_head = int8(model.transformer.wte.weight.detach(), None)
     return model

@@ -8,7 +8,6 @@ from pathlib import Path
 import ctranslate2
 import numpy as np
 from faster_whisper import WhisperModel
-from faster_whisper.feature_extractor import FeatureExtractor
 from faster_whisper.tokenizer import Tokenizer
 from faster_whisper.transcribe import get_ctranslate2_storage
 
@@ -163,12 +162,3 @@ def _check_device(options: AsrOptions) -> None:
 def _compression_ratio(text: str) -> float:
     data = text.encode("utf-8")
     return len(data) / len(zlib.compress(data)) if data else 0.0
-
-
-def silence_encoding(model_dir: str | None = None) -> np.ndarray:
-    """Whisper's encoder output for 30 s of silence, (1500, width): what its decoder's cross-attention reads when
-    it reads text without audio (llm.reader)."""
-    features = FeatureExtractor()(np.zeros(SAMPLE_RATE_HZ * 30, dtype=np.float32))[:, :3000]
-    encoder = ctranslate2.models.Whisper(str(model_dir or DEFAULT_MODEL_DIR), device="cpu", compute_type="float32")
-    out = encoder.encode(ctranslate2.StorageView.from_array(np.ascontiguousarray(features[None])))
-    return np.array(out)[0].astype(np.float32)

@@ -12,18 +12,13 @@ class AgentOptions:
     max_new_tokens: int = DecodeOptions.max_new_tokens
     block_length: int = DecodeOptions.block_length
     threshold: float = DecodeOptions.threshold
-    cache: str = DecodeOptions.cache  # the sampler's KV cache (llm.generate.CACHE_MODES); "left" for Parley's model
+    cache: str = DecodeOptions.cache  # the sampler's KV cache (llm.generate.CACHE_MODES), or "block" (the brain)
     max_tool_rounds: int = 3        # tool calls in one turn before the agent stops asking
     max_history_turns: int = 8      # user turns kept in the prompt; 0: as many as fit (Agent.prompt)
     draft_length: int = 0           # cache "block": tokens a pass guessed by prompt lookup and verified (exact)
-    # tool calls decoded under the tools' grammar (app.agent.tool_grammar): with cache "left" and an engine that has a
-    # tokenizer. NOTE: measured with the shipped model in docs/EXPERIMENT_LOG.md
+    # with cache "block" and an engine that has a tokenizer: replies decoded under the tools' schemas
+    # (app.agent.schema_grammar), their calls held to the details said (app.agent.said.held)
     tool_grammar: bool = True
-
-    @property
-    def grammar_applies(self) -> bool:
-        """Tool calls are held to the grammar: asked for, and decoded left to right (a grammar needs that)."""
-        return self.tool_grammar and self.cache == "left"
 
 
 DECODE_FIELDS = ("max_new_tokens", "block_length", "threshold", "cache", "max_history_turns", "draft_length")

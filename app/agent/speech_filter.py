@@ -1,38 +1,20 @@
-"""What of a streamed reply is spoken: its text outside tool-call markup, its first sentence vetted before any of it."""
-import re
+"""What of a streamed reply is spoken: its text outside tool-call markup."""
 from typing import Callable
 
 from app.agent.protocol import TOOL_CALL_CLOSE, TOOL_CALL_OPEN
 
-_SENTENCE_END = re.compile(r"[.?!](?=\s|$)")
-
 
 class SpeechFilter:
-    """Passes streamed model text through to `on_text`, holding back anything inside tool-call markup.
+    """Passes streamed model text through to `on_text`, holding back anything inside tool-call markup."""
 
-    With `vet`, the reply's first sentence is judged whole before any of it is spoken: if vet(sentence) is False,
-    the generation's speech is withheld (`withheld`) until `release`.
-    """
-
-    def __init__(self, on_text: Callable[[str], None] | None, vet: Callable[[str], bool] | None = None):
+    def __init__(self, on_text: Callable[[str], None] | None):
         self.on_text = on_text
-        self.vet = vet
-        self.withheld = False
         self.text = ""          # everything the model wrote in this generation
         self.emitted = 0        # characters of self.text already judged (spoken or skipped)
 
-    def feed(self, block: str, done: bool = False) -> None:
+    def feed(self, block: str) -> None:
         self.text += block
-        if self.vet is not None:
-            if self.text.lstrip().startswith("<"):      # a call comes first: the speech after it is not vetted
-                self.vet = None
-            else:
-                end = _SENTENCE_END.search(self.text)
-                if end is None and not done:
-                    return
-                self.withheld = not self.vet(self.text[:end.end()] if end else self.text)
-                self.vet = None
-        if self.on_text is None or self.withheld:
+        if self.on_text is None:
             return
         while True:
             pending = self.text[self.emitted:]
@@ -54,12 +36,7 @@ class SpeechFilter:
             self.emitted += end + len(TOOL_CALL_CLOSE)
 
     def finish(self) -> None:
-        """The generation ended: a first sentence that never ended is vetted as it is."""
-        self.feed("", done=True)
-
-    def release(self) -> None:
-        """Speak what was withheld after all."""
-        self.withheld = False
+        """The generation ended: what is pending is judged as it is."""
         self.feed("")
 
     def _say(self, text: str) -> None:

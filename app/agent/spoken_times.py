@@ -1,7 +1,7 @@
 """Which clock times a transcript may mean: "3:30 p.m." -> 15:30, "three thirty" -> 03:30 or 15:30.
 
-The tools' grammar (app.agent.tool_grammar) holds a tool call's `time` to the times the conversation said, so the
-model chooses between readings of what it heard (morning or afternoon) and never writes a time nobody said.
+The reply grammar (app.agent.said.held) holds a tool call's `time` to the times the caller said, so the model
+chooses between readings of what it heard (morning or afternoon) and never writes a time nobody said.
 This reads times the way Whisper writes them: digits ("3:30 p.m.", "10am", "7:15"), words ("three thirty",
 "one forty-five in the afternoon", "eleven o'clock"), "half past four", "quarter to two", "noon". A time without
 a.m./p.m. or a part of the day ("in the evening") may be either, and both readings are kept.

@@ -357,9 +357,10 @@ def compact_prompt(profile: Profile, schemas: list[dict]) -> str:
 
 
 def system_prompt(profile: Profile, toolbox: Toolbox, style: str) -> str | None:
-    """The system message for `style` (the engine's chat style): short for Parley's model, full for LLaDA/Dream."""
+    """The system message for `style` (the engine's chat style): compact for the SmolLM2 brain, full for LLaDA and
+    Dream, the business's name alone for a checkpoint in Parley's own layout (the tests' tiny models)."""
     if style == "parley":
-        return f"You answer calls for {profile.name}."  # what the embedded model was trained with
+        return f"You answer calls for {profile.name}."
     if style == "smollm":
         return compact_prompt(profile, (toolbox.schemas() if toolbox is not None else SCHEMAS))
     if style in ("llada", "dream"):

@@ -13,10 +13,11 @@ def register(subparsers) -> None:
     p.add_argument("--threads", type=int, default=2, help="torch CPU threads")
     p.add_argument("--block-length", type=int, help="override the decoding block length of the checkpoint")
     p.add_argument("--threshold", type=float, help="override the decoding confidence threshold of the checkpoint")
-    p.add_argument("--cache", choices=("prefix", "dual", "none", "left"),
+    p.add_argument("--cache", choices=("prefix", "dual", "none"),
                    help="override the sampler's KV cache mode of the checkpoint")
     p.add_argument("--free-calls", action="store_true",
-                   help="decode tool calls without the tools' grammar (app.agent.tool_grammar), to measure what it does")
+                   help="decode tool calls without the tools' schemas (app.agent.schema_grammar), to measure what "
+                        "they do")
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     p.add_argument("--show-misses", action="store_true", help="print a few failed turns per metric")
     add_model_flags(p)
@@ -53,7 +54,7 @@ def run(args) -> int:
         print(f"held-out front desk, {args.dialogues} dialogues, model {settings.llm_model}, "
               f"{torch.get_num_threads()} CPU threads on {engine.device}, block_length {options.block_length}, "
               f"threshold {options.threshold}, cache {options.cache}, "
-              f"tool calls {'under the tools grammar' if options.grammar_applies else 'free'}")
+              f"tool calls {'held to the tools schemas' if options.tool_grammar and options.cache == 'block' else 'free'}")
         # two decimals and the counts: a rate just under a target (283 of 298 is 94.97%) must not print as it
         print(f"{'metric':<28}{'value':>10}{'right':>8}{'turns':>8}")
         rows = [("tool-call exact match", report.tool_calls), ("no call when none needed", report.no_call),

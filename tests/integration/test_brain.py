@@ -2,7 +2,7 @@
 agent, tools, schema grammar and SQLite store, for the shipped business and for a second one it was never
 trained on (app/profiles/bike_repair.yaml: the same adapter, only the profile differs)."""
 import json
-from datetime import datetime, timedelta
+from datetime import datetime
 
 import pytest
 

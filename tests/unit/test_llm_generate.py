@@ -7,7 +7,7 @@ import torch
 
 import llm
 from llm.generate import (DecodeOptions, ModelDenoiser, SpecialIds, commit_count, commit_threshold, denoise_reply,
-                          left_reply, score, step_schedule)
+                          score, step_schedule)
 from tests.checkpoints import single_thread  # noqa: F401 (autouse)
 from tests.checkpoints import write_dream, write_parley
 
@@ -156,11 +156,7 @@ def test_cancel_stops_between_passes():
     assert decoded.stopped == "cancelled" and len(blocks) == 1 and decoded.tokens == blocks[0]
 
 
-def write_parley_with_copy_head(directory):
-    return write_parley(directory, copy_head_dim=16)
-
-
-@pytest.mark.parametrize("writer", [write_parley, write_dream, write_parley_with_copy_head])
+@pytest.mark.parametrize("writer", [write_parley, write_dream])
 @pytest.mark.parametrize("mode", ["prefix", "dual"])
 def test_cache_refreshed_every_pass_equals_uncached(tmp_path, writer, mode):
     writer(tmp_path)
@@ -168,10 +164,9 @@ def test_cache_refreshed_every_pass_equals_uncached(tmp_path, writer, mode):
     prompt = torch.tensor([7, 30, 100, 21, 5, 64, 9, 200])
     opts = DecodeOptions(max_new_tokens=24, block_length=8, threshold=0.05, stop_at_eos=False)
     with torch.inference_mode():
-        plain = denoise_reply(ModelDenoiser(model, 32, "none", prompt_len=8), prompt, SPECIAL_FOR(model), opts)
-        refreshed = denoise_reply(ModelDenoiser(model, 32, mode, refresh_passes=1, prompt_len=8), prompt,
-                                  SPECIAL_FOR(model), opts)
-        cached = denoise_reply(ModelDenoiser(model, 32, mode, prompt_len=8), prompt, SPECIAL_FOR(model), opts)
+        plain = denoise_reply(ModelDenoiser(model, 32, "none"), prompt, SPECIAL_FOR(model), opts)
+        refreshed = denoise_reply(ModelDenoiser(model, 32, mode, refresh_passes=1), prompt, SPECIAL_FOR(model), opts)
+        cached = denoise_reply(ModelDenoiser(model, 32, mode), prompt, SPECIAL_FOR(model), opts)
     assert refreshed.tokens == plain.tokens and refreshed.passes == plain.passes
     assert len(cached.tokens) == 24  # the stale cache may choose differently, but it must run
 
@@ -195,136 +190,8 @@ def test_cached_partial_pass_reads_the_cache(tmp_path):
             assert (stale - model(canvas.roll(3, dims=1))[0, 12:20]).abs().max() > 1e-3
 
 
-def test_trunk_rows_keeps_every_key_and_only_the_rows_asked_for(tmp_path):
-    """trunk(rows=n): the first n rows of the whole trunk, and the same keys and values in the cache (the left
-    sampler's first pass wants the prompt's rows and the masks' keys)."""
-    write_parley(tmp_path)
-    model = llm.load(tmp_path).model
-    canvas = torch.randint(0, 300, (1, 30))
-    with torch.inference_mode():
-        whole, part = model.new_cache(1, 30), model.new_cache(1, 30)
-        every = model.trunk(canvas, 0, whole)
-        first = model.trunk(canvas, 0, part, rows=12)
-    assert first.shape == (1, 12, every.shape[-1])
-    assert (first - every[:, :12]).abs().max() <= 1e-5
-    assert torch.equal(whole.k, part.k) and torch.equal(whole.v, part.v)
-
-
-def left_model(tmp_path, copy_head_dim=0):
-    write_parley(tmp_path, shift_logits=True, copy_head_dim=copy_head_dim)
-    return llm.load(tmp_path).model
-
-
-LEFT_PROMPT = torch.tensor([7, 30, 100, 21, 5, 64, 9, 200])
-
-
-def left(model, drafter=None, allows=None, **options):
-    opts = DecodeOptions(**{"max_new_tokens": 16, "block_length": 1, "cache": "left", "stop_at_eos": False,
-                            **options})
-    with torch.inference_mode():
-        return left_reply(model, LEFT_PROMPT, SPECIAL_FOR(model), opts, drafter, allows=allows)
-
-
-def left_layout_logits(model, tokens):
-    """The rows that predict `tokens` after LEFT_PROMPT in left-context training's layout (mask excluded)."""
-    from llm.train import Example, forward_with_mask, left_context_batch
-
-    with torch.inference_mode():
-        ids, positions, allowed, _, _, is_prompt = left_context_batch([Example(LEFT_PROMPT.tolist(), tokens)],
-                                                                   pad_id=0, mask_id=SPECIAL_FOR(model).mask)
-        n = LEFT_PROMPT.numel()
-        logits = forward_with_mask(model, ids, positions, allowed, is_prompt)[0, n - 1:n - 1 + len(tokens)]
-    logits = logits.clone()  # out of inference mode: a tensor the caller may write to
-    logits[:, SPECIAL_FOR(model).mask] = float("-inf")
-    return logits
-
-
-@pytest.mark.parametrize("copy_head_dim", [0, 16])
-def test_left_cache_decodes_what_left_context_training_predicts(tmp_path, copy_head_dim):
-    """cache="left" is exact: each greedy token is the argmax of its row in the training layout (llm.train)."""
-    model = left_model(tmp_path, copy_head_dim)
-    decoded = left(model)
-    assert decoded.passes == 16 and len(decoded.tokens) == 16
-    assert left_layout_logits(model, decoded.tokens).argmax(-1).tolist() == decoded.tokens
-    with torch.inference_mode():
-        # the in-place canvas decoded the usual (bidirectional) way differs: the mode is not a relabelling
-        plain = denoise_reply(ModelDenoiser(model, 24, "none", prompt_len=8), LEFT_PROMPT, SPECIAL_FOR(model),
-                              DecodeOptions(max_new_tokens=16, block_length=1, cache="none", stop_at_eos=False))
-        assert plain.tokens != decoded.tokens
-
-
-class Guesser:
-    """A drafter that guesses `right` correct tokens (from the known reply), then `wrong` wrong ones."""
-
-    def __init__(self, reply, n_prompt, right, wrong, vocab):
-        self.reply, self.n_prompt, self.right, self.wrong, self.vocab = reply, n_prompt, right, wrong, vocab
-        self.guesses = 0
-
-    def propose(self, ids, k):
-        done = len(ids) - self.n_prompt
-        good = self.reply[done:done + self.right]
-        bad = [(t + 1) % (self.vocab - 2) for t in self.reply[done + len(good):done + len(good) + self.wrong]]
-        self.guesses += 1
-        return (good + bad)[:k]
-
-
-@pytest.mark.parametrize("right, wrong, copy_head_dim", [(0, 3, 0), (2, 2, 0), (5, 0, 0), (16, 0, 0), (2, 2, 16)])
-def test_left_drafts_change_the_passes_never_the_reply(tmp_path, right, wrong, copy_head_dim):
-    model = left_model(tmp_path, copy_head_dim)
-    plain = left(model)
-    guesser = Guesser(plain.tokens, LEFT_PROMPT.numel(), right, wrong, model.args.vocab_size)
-    drafted = left(model, guesser, draft_tokens=16)
-    assert drafted.tokens == plain.tokens and guesser.guesses
-    # each verification pass commits the right guesses and one token more
-    assert drafted.passes == 1 + math.ceil((16 - 1) / (right + 1))
-
-
-def even(ids, token):
-    """A grammar for tests: only even token ids, whatever came before."""
-    return token % 2 == 0
-
-
-@pytest.mark.parametrize("copy_head_dim", [0, 16])
-def test_left_grammar_commits_the_best_allowed_token_drafts_or_not(tmp_path, copy_head_dim):
-    model = left_model(tmp_path, copy_head_dim)
-    assert any(t % 2 for t in left(model).tokens)  # unruled, the model writes odd ids: the grammar has work
-    ruled = left(model, allows=even)
-    logits = left_layout_logits(model, ruled.tokens)
-    logits[:, 1::2] = float("-inf")
-    assert logits.argmax(-1).tolist() == ruled.tokens  # each token the best even one of its row
-    for right, wrong in ((2, 2), (16, 0), (0, 3)):
-        guesser = Guesser(ruled.tokens, LEFT_PROMPT.numel(), right, wrong, model.args.vocab_size)
-        assert left(model, guesser, allows=even, draft_tokens=16).tokens == ruled.tokens
-
-
-def test_left_drafts_stop_at_eos_and_at_the_canvas_end(tmp_path):
-    model = left_model(tmp_path)
-    plain = left(model)
-    special = SpecialIds(mask=SPECIAL_FOR(model).mask, stop=(plain.tokens[5],))
-    first = plain.tokens.index(plain.tokens[5])
-    blocks = []
-    with torch.inference_mode():
-        stopped = left_reply(model, LEFT_PROMPT, special, DecodeOptions(max_new_tokens=16, block_length=1,
-                             cache="left", draft_tokens=16),
-                             Guesser(plain.tokens, 8, 16, 0, model.args.vocab_size), on_block=blocks.append)
-    assert stopped.stopped == "eos" and stopped.tokens == plain.tokens[:first] == sum(blocks, [])
-    plain_short = left(model, max_new_tokens=6)  # a shorter canvas of masks: other choices
-    short = left(model, Guesser(plain_short.tokens, 8, 16, 0, model.args.vocab_size), max_new_tokens=6)
-    assert short.stopped == "length" and short.tokens == plain_short.tokens and short.passes == 2
-
-
-def test_left_cache_needs_greedy_one_token_blocks_and_a_shifted_model(tmp_path):
-    with pytest.raises(ValueError, match="block_length=4 must be 1"):
-        DecodeOptions(cache="left", block_length=4)
-    with pytest.raises(ValueError, match="temperature"):
-        DecodeOptions(cache="left", block_length=1, temperature=0.7)
-    write_parley(tmp_path, shift_logits=False)
-    with pytest.raises(ValueError, match="shift_logits"):
-        left(llm.load(tmp_path).model)
-
-
 def test_decode_options_reject_bad_values():
-    with pytest.raises(ValueError, match="prefix, dual, none, left"):
+    with pytest.raises(ValueError, match="prefix, dual, none"):
         DecodeOptions(cache="lru")
     with pytest.raises(ValueError, match="threshold"):
         DecodeOptions(threshold=1.5)

@@ -35,6 +35,17 @@ _VOWELS = "a e i o u a e i o ai ea ia io".split()
 _CODAS = ["", "", "", "n", "l", "r", "s", "m", "nd", "th", "x", "ck"]
 
 
+# Capitalized words that are no names (greetings, openers, prepositions, days, months): a made-up name is never one
+# of them ("So", "No"), with variants (Script.made_up_name). NOTE: the word list of the from-scratch model's tools
+# grammar, which refused them as names; kept here so the adapter's recipe writes the same dialogues per seed.
+NOT_NAMES = frozenset("""I I'm I'd I'll I've AM PM Monday Tuesday Wednesday Thursday Friday Saturday Sunday January
+February March April May June July August September October November December Hi Hello Hey Hiya Yes Yeah Yep No
+Nope Okay Ok OK Oh Um Uh Hmm Well So Right Sure Thanks Please Great Perfect Fine Cool Awesome Wonderful Alright
+Good Bye Goodbye A An The This That It It's Let's Let What What's How Could Would Is Are Do Does Just Actually And
+But Or Also Maybe Then Under For With On At By From To In Of As If Can My Who Whose Where When Why Which Did Have
+Has Was Were Should Shall Name Name's Today Tomorrow Tonight Next You Your Our""".split())
+
+
 def made_up_name(rng: random.Random) -> str:
     syllables = [rng.choice(_ONSETS) + rng.choice(_VOWELS) for _ in range(rng.choice((1, 2, 2, 3)))]
     return ("".join(syllables) + rng.choice(_CODAS)).capitalize()

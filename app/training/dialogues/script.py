@@ -3,7 +3,6 @@ import random
 from dataclasses import dataclass, field
 from datetime import date, datetime, time, timedelta
 
-from app.agent.heard import NOT_NAMES
 from app.agent.profile import WEEKDAYS, Profile, Service
 from app.agent.protocol import format_tool_call, tool_message
 from app.agent.said import lacking, missing_result
@@ -57,13 +56,10 @@ class Script:
         return f"{first} {last}"
 
     def made_up_name(self) -> str:
-        """A made-up name; with variants, never a word the tools' grammar refuses as a name ("Hi", "No", "So").
-
-        NOTE: the shipped checkpoint's data (variants off) is kept as it was, so `parley train` still writes that
-        checkpoint; about 1 made-up name in 1000 is such a word there, which the grammar would not let it copy.
-        """
+        """A made-up name; with variants, never a capitalized word that is no name ("Hi", "No", "So":
+        phrases.NOT_NAMES). Without variants, about 1 made-up name in 1000 is such a word."""
         name = phrases.made_up_name(self.rng)
-        while self.variants and name in NOT_NAMES:
+        while self.variants and name in phrases.NOT_NAMES:
             name = phrases.made_up_name(self.rng)
         return name
 

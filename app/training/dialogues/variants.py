@@ -1,4 +1,4 @@
-"""More ways to say each thing, for the training split only (`parley train`; on in the shipped recipe).
+"""More ways to say each thing, for the training split only (on in `parley adapt`'s recipe).
 
 templates.py gives 8-16 carrier phrases per intent, of which training sees three in four. A model trained from
 scratch on them learns those phrasings rather than their words: with 6 phone phrasings it sent "What's the number
