@@ -2,13 +2,16 @@
 agent, tools, schema grammar and SQLite store, for the shipped business and for a second one it was never
 trained on (app/profiles/bike_repair.yaml: the same adapter, only the profile differs)."""
 import json
-from datetime import datetime
+import sqlite3
+import subprocess
+import sys
+from datetime import datetime, timedelta
 
 import pytest
 
 from app.agent.loop import Agent
 from app.agent.options import agent_options_for
-from app.agent.profile import load_profile
+from app.agent.profile import WEEKDAYS, load_profile
 from app.agent.store import open_store
 from app.agent.tools import Toolbox, system_prompt
 from app.settings import REPO_ROOT, SMOLLM2_ADAPTER_DIR
@@ -26,6 +29,26 @@ def agent_for(engine, profile_path=None, now=datetime(2026, 3, 2, 9, 0)):  # a M
 
 def calls(turn):
     return [(c.name, c.arguments) for c in turn.tool_calls]
+
+
+def parley(*args, timeout: int = 300):
+    return subprocess.run([sys.executable, "-m", "app.cli", *args], capture_output=True, text=True, timeout=timeout)
+
+
+def open_day_ahead() -> str:
+    """A weekday two or more days from now on which the shipped business is open at 15:30."""
+    profile = load_profile(None)
+    today = datetime.now(profile.tz).date()
+    for offset in range(2, 9):
+        day = WEEKDAYS[(today + timedelta(days=offset)).weekday()]
+        if profile.hours[day] is not None:
+            return day
+    raise AssertionError("the shipped profile is never open")
+
+
+def booked_rows(db) -> list[tuple]:
+    with sqlite3.connect(db) as conn:
+        return conn.execute("SELECT name, service, substr(start, 12) FROM appointments").fetchall()
 
 
 def test_hours_come_from_the_tool(brain):
@@ -87,7 +110,6 @@ def test_parley_converse_books_a_spoken_request_with_the_default_brain(tmp_path)
     from speech.asr import Transcriber
     from speech.audio import read_wav, write_wav
     from speech.tts import Synthesizer
-    from tests.integration.test_agent_model import booked_rows, open_day_ahead, parley
 
     day = open_day_ahead()  # two or more days ahead: the booking is never in the past
     tts = Synthesizer(varied=False)
