@@ -37,7 +37,8 @@ REPLY = "We open at nine in the morning, and we close at five."
 
 # The same path as `parley mic` once the models are loaded, with the scripted test-double LLM.
 DRIVER = """
-import sys
+import faulthandler, signal, sys
+faulthandler.register(signal.SIGUSR1)  # the test asks for every thread's stack if the process will not end
 from app.commands.mic import talk
 from app.transports.mic import MicOptions
 from app.pipeline.services import Services
@@ -131,7 +132,10 @@ def test_mic_mode_answers_a_spoken_question_on_a_sound_device(sound_home, speak,
     proc = subprocess.Popen([sys.executable, "-c", DRIVER, REPLY], cwd=REPO_ROOT, env={**os.environ, "HOME": str(home)},
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
+    errors: list[str] = []  # drained as it comes: a full stderr pipe would block the process mid-log
+    err_reader = threading.Thread(target=lambda: errors.extend(proc.stderr), daemon=True)
     reader.start()
+    err_reader.start()
     try:
         wait_for(lambda: any("listening on" in line for line in lines), 60, "the device to open", proc)
         mic.say(speak("What time do you open tomorrow?"))
@@ -142,12 +146,16 @@ def test_mic_mode_answers_a_spoken_question_on_a_sound_device(sound_home, speak,
     finally:
         proc.send_signal(signal.SIGINT)
         try:
-            code = proc.wait(15)
+            code = proc.wait(30)
         except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGUSR1)   # where it is stuck, on its stderr
+            time.sleep(1)
             proc.kill()
-            raise
+            err_reader.join(2)
+            raise AssertionError(f"parley mic did not end within 30 s of Ctrl-C:\n{''.join(errors)[-6000:]}")
         reader.join(2)
-    assert code == 0, proc.stderr.read()
+        err_reader.join(2)
+    assert code == 0, "".join(errors)
     text = "".join(lines)
     assert "you   : What time do you open tomorrow?" in text
     assert f"parley: {REPLY}" in text
