@@ -59,10 +59,14 @@ def named_service(profile, text: str):
     return max(named, key=lambda n: n[0])[1] if named else None
 
 
+def _spoken_reply(message: dict) -> bool:
+    """An agent's message that was spoken, not a tool call."""
+    return message["role"] == "assistant" and not message["content"].startswith("<")
+
+
 def conversation_text(messages: list[dict]) -> list[str]:
     """What was said: every message but the system prompt and the agent's tool calls."""
-    return [m["content"] for m in messages
-            if m["role"] in ("user", "tool") or m["role"] == "assistant" and not m["content"].startswith("<")]
+    return [m["content"] for m in messages if m["role"] in ("user", "tool") or _spoken_reply(m)]
 
 
 class Said:
@@ -157,10 +161,14 @@ def latest(messages: list[dict], values_in) -> set[str]:
     results (the time now, a day's opening hours), are not what they asked for."""
     for i in range(len(messages) - 1, -1, -1):
         if messages[i]["role"] == "user" and (values := set(values_in(messages[i]["content"]))):
-            offered = [m["content"] for m in messages[i + 1:] if m["role"] == "assistant"
-                       and not m["content"].startswith("<")]
-            return values.union(*(values_in(text) for text in offered))
+            return values.union(*(values_in(m["content"]) for m in messages[i + 1:] if _spoken_reply(m)))
     return set()
+
+
+def _said_in(values, text: str, profile) -> list[str]:
+    """The `values` that `text` says, the text read once."""
+    said = Said([text], profile)
+    return [v for v in values if said.says(v)]
 
 
 def held(schemas: list[dict], messages: list[dict], profile=None) -> list[dict]:
@@ -178,6 +186,7 @@ def held(schemas: list[dict], messages: list[dict], profile=None) -> list[dict]:
       own replies ("got" from "you've got")."""
     said = Said(conversation_text(messages), profile)
     open_at = getattr(profile, "open_at", None)
+    heard = sorted(latest(messages, lambda text: times_in(text, open_at)) or said.times)
     free = words_pattern(Said([m["content"] for m in messages if m["role"] == "user"], profile))
     enums: dict[tuple, list[str]] = {}  # the days of every tool that takes one are held alike
     out = json.loads(json.dumps(schemas))
@@ -190,14 +199,13 @@ def held(schemas: list[dict], messages: list[dict], profile=None) -> list[dict]:
             if not spec.get(SAID) or spec.get("type") != "string":
                 continue
             if spec.get("pattern") == CLOCK_PATTERN:
-                heard = latest(messages, lambda text: times_in(text, open_at)) or said.times
                 if heard:
                     del spec["pattern"]
-                    spec["enum"] = sorted(heard)
+                    spec["enum"] = list(heard)
             elif "enum" in spec:
                 values = tuple(spec["enum"])
                 if values not in enums:
-                    last = latest(messages, lambda text: [v for v in values if is_said(v, [text], profile)])
+                    last = latest(messages, lambda text: _said_in(values, text, profile))
                     enums[values] = [v for v in values if v in last] or [v for v in values if said.says(v)] or values
                 spec["enum"] = list(enums[values])
             elif free and "pattern" not in spec:
