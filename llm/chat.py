@@ -34,17 +34,6 @@ def render_parley(messages: list[dict], add_generation_prompt: bool = True) -> s
     return text + (PARLEY_ROLE_TOKENS["assistant"] if add_generation_prompt else "")
 
 
-def parley_spans(messages: list[dict], role: str = "user") -> list[tuple[int, int]]:
-    """(start, end) of the content of each `role` message in render_parley(messages)'s text."""
-    spans, at = [], 0
-    for m in messages:
-        at += len(PARLEY_ROLE_TOKENS[m["role"]])
-        if m["role"] == role:
-            spans.append((at, at + len(m["content"])))
-        at += len(m["content"]) + len(END)
-    return spans
-
-
 def render_llada(messages: list[dict], add_generation_prompt: bool = True, bos_token: str | None = None) -> str:
     """LLaDA-8B-Instruct: BOS, then `<|start_header_id|>ROLE<|end_header_id|>\\n\\n` + content.strip() + `<|eot_id|>`."""
     parts = [bos_token or ""]

@@ -86,7 +86,7 @@ class Agent:
         """The reply grammar of this engine's tokenizer and these tools (app.agent.schema_grammar) for `messages`, its
         calls held to the details said (app.agent.said.held); speech_only: a reply that makes no call."""
         tokenizer = getattr(self.engine, "tokenizer", None)
-        if not self.options.tool_grammar or tokenizer is None:
+        if not self.options.holds_calls or tokenizer is None:
             return None
         schemas = [] if speech_only else held(self.toolbox.schemas(), messages, self.toolbox.profile)
         return schema_grammar.grammar_for(tokenizer, schemas, self.engine.special.stop, self.engine.model.args.vocab_size)

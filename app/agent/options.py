@@ -20,6 +20,11 @@ class AgentOptions:
     # (app.agent.schema_grammar), their calls held to the details said (app.agent.said.held)
     tool_grammar: bool = True
 
+    @property
+    def holds_calls(self) -> bool:
+        """Replies are decoded under the tools' schemas: asked for, and decoded with the block cache."""
+        return self.tool_grammar and self.cache == "block"
+
 
 DECODE_FIELDS = ("max_new_tokens", "block_length", "threshold", "cache", "max_history_turns", "draft_length")
 

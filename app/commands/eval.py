@@ -54,7 +54,7 @@ def run(args) -> int:
         print(f"held-out front desk, {args.dialogues} dialogues, model {settings.llm_model}, "
               f"{torch.get_num_threads()} CPU threads on {engine.device}, block_length {options.block_length}, "
               f"threshold {options.threshold}, cache {options.cache}, "
-              f"tool calls {'held to the tools schemas' if options.tool_grammar and options.cache == 'block' else 'free'}")
+              f"tool calls {'held to the tools schemas' if options.holds_calls else 'free'}")
         # two decimals and the counts: a rate just under a target (283 of 298 is 94.97%) must not print as it
         print(f"{'metric':<28}{'value':>10}{'right':>8}{'turns':>8}")
         rows = [("tool-call exact match", report.tool_calls), ("no call when none needed", report.no_call),

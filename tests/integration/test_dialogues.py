@@ -10,7 +10,7 @@ from app.training.dialogues.phrases import NOT_NAMES
 from app.agent.profile import load_profile
 from app.agent.protocol import TOOL_CALL_OPEN
 from app.agent.tools import parse_time
-from app.training.dialogues import cases, examples, generate, phrases, templates, variants
+from app.training.dialogues import cases, generate, phrases, templates, variants
 from app.training.dialogues.replies import facts
 from app.training.dialogues.script import Script
 
@@ -147,15 +147,29 @@ def test_whisper_style_time_forms_normalize():
     assert parse_time("15:30").hour == 15
 
 
-def test_examples_and_cases_are_rendered_from_the_agent_messages(profile, heldout):
-    pairs = examples(heldout[:30], profile)
-    assert pairs and all(p[0][0] == {"role": "system", "content": "You answer calls for Maple Street Hair Studio."}
-                         for p in pairs)
-    assert all(p[0][-1]["role"] in ("user", "tool") for p in pairs)
+def test_cases_are_written_from_the_agent_messages(profile, heldout):
     held_cases = cases(heldout[:30])
     assert sum(len(d.intents) for d in heldout[:30]) == len(held_cases)
     booked = [c for c in held_cases if c.calls and c.calls[0][0] == "book_appointment"]
     assert booked and all(set(c.calls[0][1]) == {"name", "day", "time", "service"} for c in booked)
+
+
+def reference_replies(dialogues, profile) -> dict[str, str]:
+    """Each assistant message of the dialogues, keyed by the prompt the agent sends a test-double engine (the
+    business's name as its system message, the last max_history_turns user turns) for it."""
+    from app.agent.options import AgentOptions
+    from app.agent.tools import system_prompt
+
+    system = {"role": "system", "content": system_prompt(profile, None, "parley")}
+    out = {}
+    for d in dialogues:
+        for i, m in enumerate(d.messages):
+            if m["role"] == "assistant":
+                users = [j for j, x in enumerate(d.messages[:i]) if x["role"] == "user"]
+                keep = AgentOptions.max_history_turns
+                start = users[-keep] if len(users) > keep else 0
+                out[json.dumps([system] + d.messages[start:i])] = m["content"]
+    return out
 
 
 def test_evaluation_scores_a_perfect_and_a_wrong_agent(profile):
@@ -163,7 +177,7 @@ def test_evaluation_scores_a_perfect_and_a_wrong_agent(profile):
     from tests.fakes import FakeEngine
 
     held = generate(profile, "heldout", 12, seed=5)
-    reference = {json.dumps(m): target for m, target in examples(held, profile)}
+    reference = reference_replies(held, profile)
     perfect = evaluate(FakeEngine(lambda messages: reference[json.dumps(messages)]), profile, 12, seed=5).summary()
     assert perfect["tool_call_exact_match"] == 1.0 and perfect["grounded_replies"] == 1.0
     assert perfect["no_call_accuracy"] == 1.0 and perfect["tool_call_turns"] > 5

@@ -1,17 +1,15 @@
 """Training and evaluation dialogues for the front desk, written from templates and run against the real tools.
 
-`generate(profile, split, n, seed)` writes n dialogues; `examples(...)` turns them into (prompt messages, target)
-pairs rendered exactly as the Agent would prompt; `cases(...)` into per-turn evaluation cases.
+`generate(profile, split, n, seed)` writes n dialogues; `token_examples(...)` turns them into training sequences
+for `parley adapt`; `cases(...)` into per-turn evaluation cases (`parley eval`).
 """
 import json
 import random
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from app.agent.options import AgentOptions
 from app.agent.profile import Profile
 from app.agent.protocol import TOOL_CALL_CLOSE, TOOL_CALL_OPEN
-from app.agent.tools import system_prompt
 from app.training.dialogues import scenarios
 from app.training.dialogues.booking import booking
 from app.training.dialogues.script import Booking, Dialogue, Script
@@ -27,8 +25,8 @@ MAIN_SMALL_TALK = {"who_are_you": 3, "out_of_scope": 5}
 
 @dataclass(frozen=True)
 class Style:
-    """How dialogues are written. The defaults write the from-scratch model's data as it was trained
-    (docs/MODELS.md); the SmolLM2 recipe (`parley adapt`) turns all three on."""
+    """How dialogues are written. The defaults write the plain templates (the held-out split of `parley eval`);
+    the SmolLM2 recipe (`parley adapt`) turns all three on."""
     variants: bool = False       # training also draws from app.training.dialogues.variants
     ask_by_call: bool = False    # a question for a missing detail follows a call that lacked it (Script.ask)
     more_requests: float = 0.0   # after each main request, another one with this probability (at most MAX_REQUESTS)
@@ -73,29 +71,6 @@ def generate(profile: Profile, split: str, n: int, seed: int = 0, variants: bool
     rng = random.Random(f"{seed}:{split}")
     style = style or Style(variants=variants)
     return [write_dialogue(profile, split, rng, style) for _ in range(n)]
-
-
-def system_message(profile: Profile) -> dict:
-    return {"role": "system", "content": system_prompt(profile, None, "parley")}
-
-
-def prompt_messages(system: dict, history: list[dict], max_history_turns: int) -> list[dict]:
-    """What the Agent sends for `history`: the system message and the last `max_history_turns` user turns."""
-    user_idx = [i for i, m in enumerate(history) if m["role"] == "user"]
-    start = user_idx[-max_history_turns] if len(user_idx) > max_history_turns else 0
-    return [system] + history[start:]
-
-
-def examples(dialogues: list[Dialogue], profile: Profile,
-             max_history_turns: int = AgentOptions.max_history_turns) -> list[tuple[list[dict], str]]:
-    """(prompt messages, assistant target) for every assistant message of every dialogue."""
-    system = system_message(profile)
-    out = []
-    for d in dialogues:
-        for i, m in enumerate(d.messages):
-            if m["role"] == "assistant":
-                out.append((prompt_messages(system, d.messages[:i], max_history_turns), m["content"]))
-    return out
 
 
 @dataclass
