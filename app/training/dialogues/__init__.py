@@ -44,7 +44,7 @@ def write_dialogue(profile: Profile, split: str, rng: random.Random, style: Styl
         scenarios.small_talk(s, rng.choice(("greeting", "greeting", "how_are_you")))
     kinds = list(MAIN) + list(MAIN_SMALL_TALK)
     weights = list(MAIN.values()) + list(MAIN_SMALL_TALK.values())
-    for n in range(MAX_REQUESTS):  # no draw at all without more_requests: the from-scratch data stays as it was
+    for n in range(MAX_REQUESTS):  # no draw at all without more_requests: those dialogues stay as they were written
         if n and (style.more_requests == 0.0 or not rng.random() < style.more_requests):
             break
         kind = rng.choices(kinds, weights=weights)[0]
