@@ -6,6 +6,7 @@ reply blocks; the loss trains every block position the sampler fills. Only the L
 token's embedding are trained; the base stays as the package ships it.
 """
 import json
+import logging
 import math
 import time
 from dataclasses import dataclass
@@ -20,11 +21,13 @@ from llm.blockdiff import block_batch, packed_loss
 from llm.engine import Engine
 from llm.gguf import build_model, read_gguf, smollm2_path
 from llm.model import DTYPES, Transformer
-from llm.quant import quantize_int8
+from llm.quant import fbgemm_available, pack_fp16, quantize_int8
 from llm.tokenizer import CheckpointError, read_json
 
 ADAPTER_FILE = "adapter.safetensors"
 CONFIG_FILE = "config.json"
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -160,8 +163,9 @@ def apply_adapter(model: Transformer, adapter: dict[str, torch.Tensor], alpha_ov
 def load_adapted(path, device=None, dtype=None):
     """An Engine for an adapter directory (`parley adapt`'s): the base GGUF with the adapter merged in.
 
-    dtype: a torch dtype or its name, or "int8" (CPU: int8 weights, llm.quant); default: the adapter's
-    config "cpu_weights" on the CPU (int8 or float32), float32 elsewhere.
+    dtype: a torch dtype or its name, or "int8"; default: the adapter's config "cpu_weights" on the CPU, float32
+    elsewhere. On the CPU, float16 means fp16 weights with fp32 products and int8 int8 weights (llm.quant); a
+    torch without fbgemm (not x86) runs the config's float16 in float32.
     """
     path = Path(path)
     config = read_json(path / CONFIG_FILE)
@@ -171,12 +175,16 @@ def load_adapted(path, device=None, dtype=None):
     if not (path / ADAPTER_FILE).is_file():
         raise CheckpointError(f"{path}: no {ADAPTER_FILE}")
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    chosen = dtype is not None
     if dtype is None:
         dtype = config.get("cpu_weights", "float32") if device.type == "cpu" else "float32"
     if isinstance(dtype, str) and dtype != "int8":
         if dtype not in DTYPES:
             raise ValueError(f"dtype {dtype!r}: choose one of int8, {', '.join(DTYPES)}")
         dtype = DTYPES[dtype]
+    if device.type == "cpu" and dtype == torch.float16 and not chosen and not fbgemm_available():
+        log.warning("%s: this torch has no fbgemm for fp16 weights; running the model in float32", path)
+        dtype = torch.float32
     ckpt = read_gguf(smollm2_path())
     model = build_model(ckpt)  # fp32 on the CPU: the adapter merges there
     apply_adapter(model, load_adapter(path), float(config["alpha"]) / int(config["rank"]), ckpt.special.mask)
@@ -184,6 +192,8 @@ def load_adapted(path, device=None, dtype=None):
         if device.type != "cpu":
             raise ValueError("int8 weights are for the CPU: pass float32 or bfloat16 for a GPU")
         quantize_int8(model)
+    elif device.type == "cpu" and dtype == torch.float16:
+        pack_fp16(model)
     else:
         model.to(device=device, dtype=dtype)
         model.reset_rope(device)

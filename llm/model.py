@@ -45,6 +45,16 @@ class ModelArgs:
     def head_dim(self) -> int:
         return self.d_model // self.n_heads
 
+    @property
+    def n_params(self) -> int:
+        """Parameters of the model these arguments build, however its weights are stored (llm.quant packs some)."""
+        d, hd, ff = self.d_model, self.head_dim, self.mlp_hidden_size
+        attention = d * (self.n_heads + 2 * self.n_kv_heads) * hd + self.n_heads * hd * d
+        bias = (self.n_heads + 2 * self.n_kv_heads) * hd if self.qkv_bias else 0
+        block = attention + bias + 3 * d * ff + 2 * d
+        head = 0 if self.weight_tying else d * self.vocab_size
+        return self.vocab_size * d + self.n_layers * block + d + head
+
 
 class KVCache:
     """Keys and values of every layer for one canvas, allocated once: k, v (L, B, Hkv, T_max, D)."""

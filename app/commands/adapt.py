@@ -29,10 +29,12 @@ DIALOGUES = Style(variants=True, ask_by_call=True, more_requests=0.4)
 # Up to 8 tokens a pass guessed by prompt lookup are verified instead: the same reply in fewer passes.
 DECODING = {"max_new_tokens": 96, "block_length": 1, "threshold": 1.0, "cache": "block", "max_history_turns": 0,
             "draft_length": 8}
-# The weights on a CPU (config.json, read by llm.adapt.load_adapted). fp32: with int8 weights (llm.quant) the
-# development set's turns took 1.7 s instead of 2.8 s (median) but 56.1% of them were right instead of 61.7%
-# (docs/MODELS.md); "int8" here, or `--dtype int8` where a command has it, makes that trade.
-CPU_WEIGHTS = "float32"
+# The weights on a CPU (config.json, read by llm.adapt.load_adapted). float16: held in fp16, multiplied in fp32
+# (llm.quant.Fp16Linear): the development set's turns took 1.8 s instead of 3.1 s (median) with fp32's replies
+# (docs/MODELS.md).
+# int8 (`--dtype int8`, or "int8" here) was 1.6x faster than fp32 a turn but got 56.1% of the development set's
+# turns right instead of 61.7%.
+CPU_WEIGHTS = "float16"
 
 
 def base_model(path=None) -> tuple[Transformer, object]:

@@ -11,7 +11,8 @@ def _add_model_flags(p: argparse.ArgumentParser) -> None:
                                                   "(default: PARLEY_LLM_MODEL, else the embedded model)")
     p.add_argument("--device", help="cpu or cuda (default: cuda when available)")
     p.add_argument("--dtype", choices=("float32", "bfloat16", "float16", "int8"),
-                   help="default: the checkpoint's (int8: CPU weights of an adapter, llm.quant)")
+                   help="default: the checkpoint's (an adapter on the CPU: float16 = fp16 weights with fp32 products, "
+                        "int8 = int8 weights; llm.quant)")
     p.add_argument("--threads", type=int, help="torch CPU threads (1 is fastest for small models on busy CPUs)")
     p.add_argument("--system", default=None, help="system prompt")
     p.add_argument("--prompt", default="Hi! What time do you open tomorrow?", help="the user's message")
@@ -113,8 +114,10 @@ def run_bench(args) -> int:
     except ValueError as exc:
         print(f"parley llm: {exc}", file=sys.stderr)
         return 2
-    params_m = sum(p.numel() for p in engine.model.parameters()) / 1e6
-    where = f"{engine.device} {str(engine.dtype).removeprefix('torch.')}, {torch.get_num_threads()} threads"
+    from llm.quant import weight_format
+
+    params_m = engine.model.args.n_params / 1e6
+    where = f"{engine.device} {weight_format(engine.model)}, {torch.get_num_threads()} threads"
     if args.json:
         print(json.dumps({"model": str(args.model), "parameters_m": params_m, "device": where,
                           "prompt_tokens": len(engine.prompt_ids(_messages(args))), "options": asdict(opts),

@@ -108,7 +108,7 @@ def _size_cpu_threads(engine) -> None:
     """
     if engine.device.type != "cpu":
         return
-    if sum(p.numel() for p in engine.model.parameters()) < SMALL_MODEL_PARAMS:
+    if engine.model.args.n_params < SMALL_MODEL_PARAMS:
         torch.set_num_threads(1)
     else:
         torch.set_num_threads(max(1, (os.cpu_count() or 2) - 1))

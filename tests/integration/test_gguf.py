@@ -103,3 +103,22 @@ def test_streamed_text_never_cuts_a_character(engine):
     pieces = [stream.push([token]) for token in ids] + [stream.push([], final=True)]
     assert "".join(pieces) == text
     assert not any("\ufffd" in piece for piece in pieces)
+
+
+def test_fp16_weights_keep_the_logits_and_the_reply(engine):
+    """The CPU's default weights for the brain (llm.quant.pack_fp16): fp16 storage, fp32 products."""
+    import copy
+
+    from llm.quant import fbgemm_available, pack_fp16, weight_format
+
+    if not fbgemm_available():
+        pytest.skip("this torch has no fbgemm")
+    model = pack_fp16(copy.deepcopy(engine.model))
+    assert weight_format(model) == "float16 weights"
+    with torch.no_grad():
+        last = model.head(model.trunk(torch.tensor(PROMPT_IDS)[None], causal=True))[0, -1]
+    assert last.argmax().item() == 504
+    # measured: 0.0064 from transformers' fp32 logits (of ~24)
+    torch.testing.assert_close(last[list(NEXT_LOGITS)], torch.tensor(list(NEXT_LOGITS.values())), atol=0.05, rtol=0)
+    decoded = autoregressive_reply(model, torch.tensor(PROMPT_IDS), engine.special, max_new_tokens=12)
+    assert decoded.tokens == GREEDY_REPLY

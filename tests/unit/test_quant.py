@@ -1,11 +1,11 @@
-"""int8 weights for the CPU (llm.quant) on a tiny random model: which projections turn int8, and the logits stay
-those of the fp32 model within the rounding of 8 bits."""
+"""Smaller CPU weights (llm.quant) on a tiny random model: which projections change, and the logits stay those of
+the fp32 model within the rounding of 8 bits (int8) or 11 significant bits (fp16 weights, fp32 products)."""
 import copy
 
 import torch
 
 from llm.model import BLOCK_LINEARS, ModelArgs, Transformer
-from llm.quant import INT8_LINEARS, quantize_int8
+from llm.quant import INT8_LINEARS, Fp16Linear, pack_fp16, quantize_int8
 
 
 def tiny() -> Transformer:
@@ -33,3 +33,31 @@ def test_int8_keeps_the_down_projection_and_gives_a_tied_head_its_own_int8_produ
     want, got = ref(ids), model(ids)
     assert (got - want).abs().max() <= 0.1 * want.abs().max()  # measured: 0.05
     assert (got.argmax(-1) == want.argmax(-1)).float().mean() >= 0.9
+
+
+@torch.no_grad()
+def test_fp16_packs_every_projection_and_the_tied_head_and_keeps_fp32_greedy_tokens():
+    ref = tiny()
+    model = pack_fp16(copy.deepcopy(ref))
+    for block in model.transformer.blocks:
+        assert all(isinstance(getattr(block, name), Fp16Linear) for name in BLOCK_LINEARS)
+    assert isinstance(model.tied_head, Fp16Linear)
+    assert torch.equal(model.transformer.wte.weight, ref.transformer.wte.weight)  # the lookup stays fp32
+    assert model.args.n_params == sum(p.numel() for p in ref.parameters())  # what the thread sizing reads
+
+    ids = torch.randint(0, 96, (1, 24), generator=torch.Generator().manual_seed(1))
+    want, got = ref(ids), model(ids)
+    assert got.dtype == torch.float32
+    # only the weights are rounded, to fp16's 11 significant bits (int8 above: 0.05 of the largest logit)
+    assert (got - want).abs().max() <= 2e-3 * want.abs().max()
+    assert torch.equal(got.argmax(-1), want.argmax(-1))
+
+
+def test_fp16_linear_is_the_fp32_product_of_fp16_rounded_weights_with_a_bias():
+    torch.manual_seed(0)
+    weight, bias, x = torch.randn(40, 24), torch.randn(40), torch.randn(3, 5, 24)
+    got = Fp16Linear(weight, bias)(x)
+    want = x @ weight.half().float().t() + bias
+    assert got.shape == (3, 5, 40)
+    assert torch.allclose(got, want, atol=1e-4, rtol=1e-4)
+    assert not torch.allclose(got, x @ weight.t() + bias, atol=1e-6, rtol=0)  # the rounding is real
