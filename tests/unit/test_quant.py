@@ -2,8 +2,10 @@
 the fp32 model within the rounding of 8 bits (int8) or 11 significant bits (fp16 weights, fp32 products)."""
 import copy
 
+import pytest
 import torch
 
+import llm.quant
 from llm.model import BLOCK_LINEARS, ModelArgs, Transformer
 from llm.quant import INT8_LINEARS, Fp16Linear, pack_fp16, quantize_int8
 
@@ -61,3 +63,9 @@ def test_fp16_linear_is_the_fp32_product_of_fp16_rounded_weights_with_a_bias():
     assert got.shape == (3, 5, 40)
     assert torch.allclose(got, want, atol=1e-4, rtol=1e-4)
     assert not torch.allclose(got, x @ weight.t() + bias, atol=1e-6, rtol=0)  # the rounding is real
+
+
+def test_fp16_weights_need_fbgemm(monkeypatch):
+    monkeypatch.setattr(llm.quant, "fbgemm_available", lambda: False)  # an ARM build of torch
+    with pytest.raises(RuntimeError, match="fbgemm"):
+        pack_fp16(tiny())
