@@ -182,9 +182,10 @@ def load_adapted(path, device=None, dtype=None):
         if dtype not in DTYPES:
             raise ValueError(f"dtype {dtype!r}: choose one of int8, {', '.join(DTYPES)}")
         dtype = DTYPES[dtype]
-    if device.type == "cpu" and dtype == torch.float16 and not chosen and not fbgemm_available():
+    packed = device.type == "cpu" and dtype == torch.float16  # fp16 weights, fp32 products (llm.quant)
+    if packed and not chosen and not fbgemm_available():
         log.warning("%s: this torch has no fbgemm for fp16 weights; running the model in float32", path)
-        dtype = torch.float32
+        packed, dtype = False, torch.float32
     ckpt = read_gguf(smollm2_path())
     model = build_model(ckpt)  # fp32 on the CPU: the adapter merges there
     apply_adapter(model, load_adapter(path), float(config["alpha"]) / int(config["rank"]), ckpt.special.mask)
@@ -192,7 +193,7 @@ def load_adapted(path, device=None, dtype=None):
         if device.type != "cpu":
             raise ValueError("int8 weights are for the CPU: pass float32 or bfloat16 for a GPU")
         quantize_int8(model)
-    elif device.type == "cpu" and dtype == torch.float16:
+    elif packed:
         pack_fp16(model)
     else:
         model.to(device=device, dtype=dtype)

@@ -63,32 +63,38 @@ def weight_format(model: Transformer) -> str:
     return str(model.transformer.wte.weight.dtype).removeprefix("torch.")
 
 
+def _require_cpu(model: Transformer, what: str) -> None:
+    if model.transformer.wte.weight.device.type != "cpu":
+        raise ValueError(f"{what} weights are for the CPU; on a GPU run the model in bf16 or fp32")
+
+
+def _replace_products(model: Transformer, names, make) -> Transformer:
+    """Replace the projections `names` of every block by make(weight, bias), in place, and give a tied head
+    make(embedding, None) as its output projection (the embedding itself stays fp32 for the lookup)."""
+    for block in model.transformer.blocks:
+        for name in names:
+            linear = getattr(block, name)
+            setattr(block, name, make(linear.weight.detach(), linear.bias))
+    if model.args.weight_tying:
+        model.tied_head = make(model.transformer.wte.weight.detach(), None)
+    return model
+
+
 def pack_fp16(model: Transformer) -> Transformer:
     """Replace every projection of every block of a CPU fp32 model by an Fp16Linear, in place, and give a tied head
     an fp16 copy of the embedding as its output projection (the embedding itself stays fp32 for the lookup);
     returns the model. Raises RuntimeError where this torch has no fbgemm (see fbgemm_available)."""
-    if model.transformer.wte.weight.device.type != "cpu":
-        raise ValueError("fp16-packed weights are for the CPU; on a GPU run the model in bf16 or fp32")
+    _require_cpu(model, "fp16-packed")
     if not fbgemm_available():
         raise RuntimeError("this torch build has no fbgemm (an x86 CPU build has it): fp16 weights need it")
-    for block in model.transformer.blocks:
-        for name in BLOCK_LINEARS:
-            linear = getattr(block, name)
-            setattr(block, name, Fp16Linear(linear.weight, linear.bias))
-    if model.args.weight_tying:
-        model.tied_head = Fp16Linear(model.transformer.wte.weight, None)
-    elif "ff_out" in model.transformer:
-        head = model.transformer["ff_out"]
-        model.transformer["ff_out"] = Fp16Linear(head.weight, head.bias)
-    return model
+    return _replace_products(model, BLOCK_LINEARS, Fp16Linear)
 
 
 def quantize_int8(model: Transformer) -> Transformer:
     """Replace the INT8_LINEARS of every block of a CPU fp32 model by int8 dynamic ones, in place, and give a tied head
     an int8 copy of the embedding as its output projection (the head's product by the 49152 x 576 embedding
     took 10 ms of fp32 per row, 0.8 ms in int8, on this project's machine); returns the model."""
-    if model.transformer.wte.weight.device.type != "cpu":
-        raise ValueError("int8 weights are for the CPU; on a GPU run the model in bf16 or fp32")
+    _require_cpu(model, "int8")
     def int8(weight: torch.Tensor, bias: torch.Tensor | None) -> nn.Module:
         plain = nn.Linear(weight.shape[1], weight.shape[0], bias=bias is not None)
         plain.load_state_dict({"weight": weight} | ({} if bias is None else {"bias": bias}))
@@ -97,10 +103,4 @@ def quantize_int8(model: Transformer) -> Transformer:
 
     with warnings.catch_warnings():  # torch.ao's eager quantization is deprecated in favour of torchao
         warnings.simplefilter("ignore")
-        for block in model.transformer.blocks:
-            for name in INT8_LINEARS:
-                linear = getattr(block, name)
-                setattr(block, name, int8(linear.weight.detach(), linear.bias))
-        if model.args.weight_tying:
-            model.tied_head = int8(model.transformer.wte.weight.detach(), None)
-    return model
+        return _replace_products(model, INT8_LINEARS, int8)
