@@ -1,6 +1,7 @@
 """The Engine: a loaded model, its tokenizer and chat format, and `generate` with per-block streaming."""
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Callable
 
@@ -8,7 +9,8 @@ import torch
 from tokenizers import Tokenizer
 
 from llm import chat
-from llm.blockdiff import BlockOptions, Matcher, PrefixCache, block_reply, next_token_logits
+from llm.blockdiff import (BlockOptions, Matcher, PassBatcher, PrefixCache, block_reply, next_token_logits,
+                           shared_length)
 from llm.drafter import Drafter
 from llm.generate import DecodeOptions, ModelDenoiser, SpecialIds, denoise_reply
 from llm.model import Transformer
@@ -99,7 +101,10 @@ class Engine:
         self.device, self.dtype = weight.device, weight.dtype
         # a model pretrained left to right (SmolLM2): block diffusion with causal attention is its decoder
         self.left_to_right = left_to_right
-        self._prefix: PrefixCache | None = None  # cache="block": the last prompt's exact KV cache, reused
+        # cache="block": exact KV caches of earlier prompts, reused (one per generation running at once), and
+        # the batcher whose forwards the generations running at once share
+        self._caches = _Caches(model)
+        self.batcher = PassBatcher(model, special.mask)
 
     def prompt_ids(self, messages: list[dict]) -> list[int]:
         """The conversation in this model's chat format, tokenized, ending with the assistant header."""
@@ -158,28 +163,28 @@ class Engine:
         words = text.strip().rstrip(".?!,;: ")
         prompt = chat.render_open_turn(messages, words, self.chat_style, self.bos_token)
         ids = self.tokenizer.encode(prompt, add_special_tokens=False).ids
-        if self._prefix is None:
-            self._prefix = PrefixCache(self.model.new_cache(1, self.model.args.max_sequence_length))
         self._check_fits(len(ids), 1)
-        probabilities = torch.softmax(next_token_logits(self.model, ids, self._prefix, self.special.mask), dim=-1)
+        with self._caches.lent(ids) as prefix, self.batcher.joined() as run:
+            logits = next_token_logits(self.model, ids, prefix, self.special.mask, run=run)
+        probabilities = torch.softmax(logits, dim=-1)
         ends = {self.tokenizer.token_to_id(t) for t in (chat.END_OF_TURN[self.chat_style], ".", "?", "!")} - {None}
         return float(probabilities[sorted(ends)].sum())
 
     def forget_prefix(self) -> None:
-        """Drop the reused KV cache: the next block generation prefills its whole prompt."""
-        if self._prefix is not None:
-            self._prefix.ids.clear()
+        """Drop the reused KV caches: the next block generation prefills its whole prompt."""
+        self._caches.forget()
 
     @torch.inference_mode()
     def generate_blocks(self, prompt_ids: list[int], opts: BlockOptions, on_block=None, cancel=None,
                         matcher: Matcher | None = None) -> Generation:
-        """generate(use_cache="block") on an already tokenized prompt."""
+        """generate(use_cache="block") on an already tokenized prompt; generations on other threads at the same
+        time share their passes' forwards with this one (PassBatcher)."""
         self._check_fits(len(prompt_ids), opts.max_new_tokens)
-        if self._prefix is None:
-            self._prefix = PrefixCache(self.model.new_cache(1, self.model.args.max_sequence_length))
         streamed = _Streamed(self.tokenizer, on_block)
-        decoded = block_reply(self.model, prompt_ids, self.special, opts, self._prefix, on_block=streamed.settled,
-                              cancel=cancel, matcher=matcher, drafter=self.drafter if opts.draft_length else None)
+        with self._caches.lent(prompt_ids) as prefix, self.batcher.joined() as run:
+            decoded = block_reply(self.model, prompt_ids, self.special, opts, prefix, on_block=streamed.settled,
+                                  cancel=cancel, matcher=matcher, drafter=self.drafter if opts.draft_length else None,
+                                  run=run)
         return streamed.finish(decoded)
 
     @torch.inference_mode()
@@ -196,3 +201,54 @@ class Engine:
         decoded = denoise_reply(denoise, prompt, self.special, opts, on_block=streamed.settled, cancel=cancel,
                                 generator=generator)
         return streamed.finish(decoded)
+
+
+class _Caches:
+    """The exact KV caches of the block decoder: each generation borrows one for its duration, the one that
+    already holds the longest prefix of its prompt (a caller's own earlier turns). A cache new to the prompt
+    starts from a copy of the longest prefix any cache holds (the system prompt, shared by every caller: a
+    copy of its keys costs milliseconds, its prefill a second). Up to `keep` idle caches are kept."""
+
+    def __init__(self, model: Transformer, keep: int = 4):
+        self.model, self.keep = model, keep
+        self._idle: list[PrefixCache] = []   # least recently returned first
+        self._lent: list[PrefixCache] = []
+        self._lock = threading.Lock()
+
+    @contextmanager
+    def lent(self, prompt: list[int]):
+        with self._lock:
+            prefix = self._borrow(prompt)
+        try:
+            yield prefix
+        finally:
+            with self._lock:
+                self._lent.remove(prefix)
+                self._idle.append(prefix)
+                del self._idle[:-self.keep]
+
+    def _borrow(self, prompt: list[int]) -> PrefixCache:
+        """A cache for `prompt`, its held ids already cut to the prefix it shares (PrefixCache.reuse): under the
+        lock, so the prefix another borrower's cache holds stays as it is while it is copied (a borrower only
+        writes past what its cache held when it was lent)."""
+        idle = max(self._idle, key=lambda c: shared_length(c.ids, prompt), default=None)
+        if idle is not None:
+            self._idle.remove(idle)
+            prefix = idle
+        else:
+            prefix = PrefixCache(self.model.new_cache(1, self.model.args.max_sequence_length))
+        held = prefix.reuse(prompt)
+        source = max(self._lent, key=lambda c: shared_length(c.ids, prompt), default=None)
+        n = 0 if source is None else min(shared_length(source.ids, prompt), len(prompt) - 1)
+        if n > held:
+            prefix.cache.k[:, :, :, :n] = source.cache.k[:, :, :, :n]
+            prefix.cache.v[:, :, :, :n] = source.cache.v[:, :, :, :n]
+            prefix.ids[:] = prompt[:n]
+        self._lent.append(prefix)
+        return prefix
+
+    def forget(self) -> None:
+        with self._lock:
+            for prefix in self._idle:
+                prefix.ids.clear()
+

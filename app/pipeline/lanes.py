@@ -1,10 +1,12 @@
-"""One model's worker thread, shared by every session, with two lanes: the work of a turn the caller is waiting
+"""One model's worker threads, shared by every session, with two lanes: the work of a turn the caller is waiting
 for goes before speculative work (drafts started in the end-of-turn silence), whichever session asked first.
 
-A model runs one job at a time (its thread: calls to it are serialized, and on a small CPU two at once only
-slow each other down). Waiting jobs start in order of (lane, arrival). A running speculative job that can stop
-early (it was given `interrupt`, e.g. the Event its generation checks between passes) is interrupted when urgent
-work arrives: a draft is cheap to redo, a caller's wait is not. A draft that becomes the turn's own work is
+A model runs `width` jobs at a time: one for the speech models (calls to them are serialized, and on a small CPU
+two at once only slow each other down); several for the language model, whose generations running at once
+share their forward passes (llm.blockdiff.PassBatcher). Waiting jobs start in order of (lane, arrival). When
+every worker is busy, a running speculative job that can stop early (it was given `interrupt`, e.g. the Event
+its generation checks between passes) is interrupted when urgent work arrives: a draft is cheap to redo, a
+caller's wait is not. A draft that becomes the turn's own work is
 promoted: its waiting jobs move to the urgent lane, in arrival order, and its running one is no longer
 interrupted.
 """
@@ -19,20 +21,22 @@ URGENT, SPECULATIVE = 0, 1
 
 
 class LanePool:
-    """A single-thread executor with an urgent and a speculative lane (`urgent` and `speculative` are Executors
-    for loop.run_in_executor; `submit(..., speculative=True)` returns a Future that `promote` can move)."""
+    """An executor of `width` threads with an urgent and a speculative lane (`urgent` and `speculative` are
+    Executors for loop.run_in_executor; `submit(..., speculative=True)` returns a Future that `promote` can move)."""
 
-    def __init__(self, name: str):
-        self.name = name
+    def __init__(self, name: str, width: int = 1):
+        if width < 1:
+            raise ValueError(f"{name}: width={width} must be >= 1")
+        self.name, self.width = name, width
         # heap of [lane, arrival, future, fn, args, kwargs, interrupt, since]: since, when a caller began to wait
         self._queue: list[list] = []
-        self._running: list | None = None     # the entry of the job running now
+        self._running: list[list] = []        # the entries of the jobs running now
         self._waits: deque = deque(maxlen=8)  # (start time, seconds it waited) of the latest urgent jobs
         self._entries: dict[Future, list] = {}
         self._arrivals = itertools.count()
         self._ready = threading.Condition()
         self._closed = False
-        self._thread: threading.Thread | None = None
+        self._threads: list[threading.Thread] = []
         self.urgent = _Lane(self, URGENT)
         self.speculative = _Lane(self, SPECULATIVE)
 
@@ -45,15 +49,17 @@ class LanePool:
         with self._ready:
             if self._closed:
                 raise RuntimeError(f"{self.name}: cannot schedule new work after shutdown")
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._work, name=self.name, daemon=True)
-                self._thread.start()
+            if len(self._threads) < self.width and len(self._running) + len(self._queue) >= len(self._threads):
+                thread = threading.Thread(target=self._work, name=f"{self.name}-{len(self._threads)}", daemon=True)
+                self._threads.append(thread)
+                thread.start()
             heapq.heappush(self._queue, entry)
             self._entries[future] = entry
-            running = self._running
-            if entry[0] == URGENT and running is not None and running[0] == SPECULATIVE and running[6] is not None:
-                running[6]()
-                running[6] = None    # once
+            if entry[0] == URGENT and len(self._running) >= self.width:
+                stoppable = [running for running in self._running if running[0] == SPECULATIVE and running[6]]
+                if stoppable:
+                    stoppable[0][6]()
+                    stoppable[0][6] = None    # once
             self._ready.notify()
         return future
 
@@ -64,7 +70,7 @@ class LanePool:
             entry = self._entries.get(future)
             if entry is not None and entry[0] == SPECULATIVE:
                 entry[0], entry[7] = URGENT, time.monotonic()   # a caller waits for it from now
-                if entry is not self._running:
+                if not any(entry is running for running in self._running):
                     heapq.heapify(self._queue)
 
     def turn_wait_s(self, window_s: float = 30.0) -> float:
@@ -89,8 +95,10 @@ class LanePool:
                 self._queue.clear()
                 self._entries.clear()
             self._ready.notify_all()
-        if wait and self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join()
+        if wait:
+            for thread in self._threads:
+                if thread is not threading.current_thread():
+                    thread.join()
 
     def _work(self) -> None:
         while True:
@@ -99,7 +107,8 @@ class LanePool:
                     self._ready.wait()
                 if not self._queue:
                     return
-                entry = self._running = heapq.heappop(self._queue)
+                entry = heapq.heappop(self._queue)
+                self._running.append(entry)
                 if entry[0] == URGENT:
                     now = time.monotonic()
                     self._waits.append((now, now - entry[7]))
@@ -112,7 +121,7 @@ class LanePool:
                 else:
                     future.set_result(result)
             with self._ready:
-                self._running = None
+                self._running = [running for running in self._running if running is not entry]
                 self._entries.pop(future, None)
 
 

@@ -2,13 +2,16 @@
 tiny random models: the sampler's attention is the one training teaches, one token per pass is exactly greedy
 left-to-right decoding, and the prefix cache changes nothing but the cost."""
 import dataclasses
+import threading
 
 import pytest
 import torch
 
 from llm import lora
 from llm.adapt import AdaptOptions, Example, adapt, apply_adapter
-from llm.blockdiff import BlockOptions, PrefixCache, _pass, block_batch, block_reply, packed_loss
+from llm.blockdiff import (BlockOptions, Pass, PassBatcher, PrefixCache, _pass, block_batch, block_reply, packed_loss,
+                           passes)
+from llm.engine import _Caches
 from llm.generate import SpecialIds, autoregressive_reply
 from llm.model import ModelArgs, Transformer
 
@@ -228,3 +231,84 @@ def test_a_shared_prefix_run_once_gives_the_same_loss():
     b = block_batch(head + prompt(20, 2), [(14, 30)], 4, MASK, g)
     with torch.no_grad():
         torch.testing.assert_close(packed_loss(model, [a, b], prefix_len=10), packed_loss(model, [a, b]))
+
+
+@torch.no_grad()
+def test_passes_of_several_sequences_in_one_forward_are_each_ones_own():
+    model = tiny()
+    a, b = prompt(20, 1), prompt(13, 2)
+
+    def run(together):
+        caches = [model.new_cache(1, 256), model.new_cache(1, 256)]
+        first = [Pass(caches[0], 0, torch.tensor(a)), Pass(caches[1], 0, torch.tensor(b))]
+        then = [Pass(caches[0], 20, torch.tensor([5, 6, MASK])), Pass(caches[1], 13, torch.tensor([7]))]
+        if together:
+            return passes(model, first) + passes(model, then)
+        return [passes(model, [p])[0] for p in first + then]
+
+    for shared, alone in zip(run(True), run(False)):
+        torch.testing.assert_close(shared, alone, rtol=1e-4, atol=1e-5)
+
+
+@torch.no_grad()
+def test_generations_on_threads_share_forwards_and_write_what_they_write_alone():
+    model = tiny()
+    prompts = [prompt(20, seed) for seed in (1, 2, 3)]
+    opts = BlockOptions(max_new_tokens=16, block_length=3, threshold=0.9, stop_at_eos=False)
+    alone = [block_reply(model, p, SPECIAL, opts, PrefixCache(model.new_cache(1, 256))) for p in prompts]
+    batcher = PassBatcher(model, MASK, linger_s=5.0)  # every generation joins before any pass: lockstep
+    everyone_in, out = threading.Barrier(len(prompts)), [None] * len(prompts)
+
+    def generate(i):
+        with torch.no_grad(), batcher.joined() as run:
+            everyone_in.wait(5)
+            out[i] = block_reply(model, prompts[i], SPECIAL, opts, PrefixCache(model.new_cache(1, 256)), run=run)
+
+    threads = [threading.Thread(target=generate, args=(i,)) for i in range(len(prompts))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert [o.tokens for o in out] == [a.tokens for a in alone]
+    assert batcher.passes == sum(a.passes for a in alone)
+    assert batcher.batches == max(a.passes for a in alone)  # each forward held every generation still writing
+
+
+@torch.no_grad()
+def test_a_pass_too_long_fails_its_own_generation_not_the_batch():
+    model = tiny()
+    batcher = PassBatcher(model, MASK, linger_s=5.0)
+    errors, results = [], []
+
+    def ask(p):
+        with batcher.joined() as run:
+            try:
+                results.append(run(p, slice(-1, None)))
+            except ValueError as exc:
+                errors.append(exc)
+
+    good = threading.Thread(target=ask, args=(Pass(model.new_cache(1, 256), 0, torch.tensor(prompt(10))),))
+    bad = threading.Thread(target=ask, args=(Pass(model.new_cache(1, 256), 250, torch.tensor(prompt(10))),))
+    good.start(), bad.start()
+    good.join(10), bad.join(10)
+    assert len(results) == 1 and results[0][1].shape == (1, 64)
+    assert len(errors) == 1 and "exceeds max_sequence_length" in str(errors[0])
+
+
+@torch.no_grad()
+def test_a_cache_new_to_a_prompt_starts_from_the_prefix_another_generation_holds():
+    model = tiny()
+    caches = _Caches(model)
+    system = prompt(30, 1)
+    first, second = system + prompt(5, 2), system + prompt(7, 3)
+    with caches.lent(first) as a:
+        block_reply(model, first, SPECIAL, BlockOptions(max_new_tokens=4, stop_at_eos=False), a)
+        with caches.lent(second) as b:   # lent while a is: a new cache, with the system prompt's keys copied
+            assert b is not a and b.ids == system
+            torch.testing.assert_close(b.cache.k[:, :, :, :30], a.cache.k[:, :, :, :30])
+            warm = block_reply(model, second, SPECIAL, BlockOptions(max_new_tokens=6, stop_at_eos=False), b)
+    cold = block_reply(model, second, SPECIAL, BlockOptions(max_new_tokens=6, stop_at_eos=False),
+                       PrefixCache(model.new_cache(1, 256)))
+    assert warm.tokens == cold.tokens
+    with caches.lent(second) as again:   # idle now: the one that held this very prompt
+        assert again is b and again.ids == second[:-1]

@@ -106,3 +106,33 @@ def test_the_wait_of_a_callers_work_is_measured_from_when_a_caller_waits():
     assert draft.result(5) == 8 and turn.result(5) == 9
     assert 0.08 <= pool.turn_wait_s() < 0.3      # the longest urgent wait, the draft's speculative time excluded
     pool.shutdown()
+
+
+def test_a_wider_pool_runs_jobs_side_by_side_and_interrupts_a_draft_only_when_every_worker_is_busy():
+    pool, ran = LanePool("test", width=2), []
+    stop, started = threading.Event(), threading.Event()
+
+    def draft_until_stopped():   # a draft that outlasts whatever a slow machine makes of this test
+        started.set()
+        if stop.wait(30):
+            ran.append("draft gave way")
+            return "cancelled"
+
+    draft = pool.submit(draft_until_stopped, speculative=True, interrupt=stop.set)
+    assert started.wait(5)
+    both = threading.Barrier(2)   # passes only when two jobs run at once
+    turn = pool.submit(both.wait, 5)
+    assert both.wait(5) is not None and turn.result(5) is not None   # a worker was free: the draft went on
+    assert not stop.is_set()
+
+    gate, holding = threading.Event(), threading.Event()
+    busy = pool.submit(lambda: (holding.set(), gate.wait(5)))   # now both workers are busy
+    assert holding.wait(5)
+    turn = pool.submit(ran.append, "turn")
+    assert draft.result(5) == "cancelled" and turn.result(5) is None
+    assert ran == ["draft gave way", "turn"]
+    gate.set()
+    busy.result(5)
+    pool.shutdown()
+    with pytest.raises(ValueError, match="width"):
+        LanePool("test", width=0)

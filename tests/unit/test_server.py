@@ -142,7 +142,8 @@ def test_a_call_is_refused_while_turns_wait_for_the_language_model():
     offer = {"sdp": offer_sdp(), "type": "offer"}
     with TestClient(app) as client:
         lanes = services.llm_lanes
-        lanes.submit(time.sleep, 0.4)
+        for _ in range(lanes.width):                  # every worker busy
+            lanes.submit(time.sleep, 0.4)
         lanes.submit(lambda: None).result(5)          # a turn that waited ~0.4 s for the model
         assert lanes.turn_wait_s() >= 0.3
         assert client.post("/offer", json=offer).status_code == 200    # nobody on the line: the wait is history
