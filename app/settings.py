@@ -34,6 +34,9 @@ class Settings:
     voice: str | None = None              # a Piper .onnx voice (its .onnx.json beside it)
     llm_model: str = str(DEFAULT_LLM_DIR)  # an adapter, parley, LLaDA or Dream checkpoint directory, or a .gguf
     llm_device: str | None = None         # None = cuda when available, else cpu
+    # language-model generations run at once, their passes sharing forwards (llm.blockdiff.PassBatcher); 1: one
+    # after another
+    llm_batch: int = 4
     # the business the agent serves
     profile: str | None = None            # business profile YAML; None = the shipped default
     db_path: str = field(default_factory=lambda: str(_data_dir() / "appointments.sqlite3"))

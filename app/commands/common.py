@@ -38,6 +38,8 @@ def check(settings: Settings) -> None:
     """The settings' mistakes that cost nothing to find, found before seconds of model loading: the device, and
     the business profile (read and parsed). Raises UsageError."""
     check_device(settings.llm_device)
+    if settings.llm_batch < 1:
+        raise UsageError(f"PARLEY_LLM_BATCH={settings.llm_batch}: generations run at once must be at least 1")
     from app.agent.profile import load_profile
 
     try:

@@ -23,12 +23,6 @@ from speech.vad import VadConfig
 log = logging.getLogger(__name__)
 
 
-# Generations run at once. On a CPU a pass over the rows of four generations took 2.1x less time than their four
-# passes one by one (one-row passes; 1.6x for four-row ones: SmolLM2-135M in fp16, 2 AVX2 cores), and more rows
-# than that are bound by the products' arithmetic rather than the weights' reading.
-LLM_WIDTH = 4
-
-
 @dataclass
 class Services:
     asr: object                     # speech.asr.Transcriber (or anything with .transcribe(int16 16 kHz) -> str)
@@ -38,15 +32,19 @@ class Services:
     system_prompt: str | None
     vad_config: VadConfig = field(default_factory=VadConfig)
     agent_options: AgentOptions = field(default_factory=AgentOptions)
+    # Generations run at once (Settings.llm_batch). On a CPU a forward over the rows of four generations took 2.1x
+    # less time than their four one by one (one-row passes; 1.6x for four-row ones: SmolLM2-135M in fp16, 2 AVX2
+    # cores); more rows than that are bound by the products' arithmetic rather than by reading the weights.
+    llm_batch: int = 4
     ready: bool = False
 
     def __post_init__(self):
         # Worker threads per model, shared by every session: the event loop never waits on a model, and a turn's
         # work goes before drafts (app.pipeline.lanes). The speech models run one call at a time; the language
-        # model up to LLM_WIDTH generations, whose passes share forwards (llm.blockdiff.PassBatcher). A partial
+        # model up to llm_batch generations, whose passes share forwards (llm.blockdiff.PassBatcher). A partial
         # transcript never delays the final one (its own thread).
         self.asr_lanes, self.tts_lanes = LanePool("asr"), LanePool("tts")
-        self.llm_lanes = LanePool("llm", width=LLM_WIDTH)
+        self.llm_lanes = LanePool("llm", width=self.llm_batch)
         self.asr_pool, self.llm_pool, self.tts_pool = (lanes.urgent for lanes in (self.asr_lanes, self.llm_lanes,
                                                                                   self.tts_lanes))
         self.partial_pool = ThreadPoolExecutor(1, thread_name_prefix="asr-partial")
@@ -64,7 +62,7 @@ class Services:
         profile = load_profile(settings.profile)
         toolbox = Toolbox(profile, open_store(settings.db_path))
         services = cls(asr, tts, engine, toolbox, system_prompt(profile, toolbox, engine.chat_style),
-                       agent_options=agent_options_for(settings.llm_model))
+                       agent_options=agent_options_for(settings.llm_model), llm_batch=settings.llm_batch)
         log.info("models loaded in %.1f s (llm %s, %s)", time.perf_counter() - t0, settings.llm_model, engine.chat_style)
         return services
 
