@@ -34,11 +34,12 @@ from typing import Callable
 import httpx
 import numpy as np
 from websockets.asyncio.client import connect
+from websockets.exceptions import InvalidStatus
 
 from app.loadtest.realtime_caller import RATE_HZ as REALTIME_RATE_HZ
 from app.loadtest.realtime_caller import RealtimeClient
 from app.loadtest.twilio_caller import VOICED_RMS, TwilioSimulator, is_voiced, speak_8k, wait_until
-from app.loadtest.webrtc_caller import Client, ScriptedMicrophone
+from app.loadtest.webrtc_caller import Client, Refused, ScriptedMicrophone
 from app.transports.webrtc import RTC_RATE_HZ
 from speech.audio import resample
 from speech.tts import Synthesizer
@@ -61,6 +62,7 @@ class CallResult:
     unanswered: int = 0
     dropped: bool = False        # the server closed the call before the caller hung up
     not_closed: bool = False     # the caller hung up and the server never closed the socket
+    refused: bool = False        # the server turned the call away (503) before it began
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -158,6 +160,18 @@ async def one_realtime_call(url: str, questions: list[np.ndarray], turns: int, f
 CALLERS = {"twilio": one_call, "webrtc": one_browser_call, "realtime": one_realtime_call}
 
 
+async def refusable(call) -> CallResult:
+    """A call's result; one the server turned away (503, the admission's answer past capacity) is refused."""
+    try:
+        return await call
+    except InvalidStatus as exc:
+        if exc.response.status_code != 503:
+            raise
+    except Refused:
+        pass
+    return CallResult(refused=True)
+
+
 def spoken_questions(tts, transport: str) -> list[np.ndarray]:
     """QUESTIONS in the bundled voice as the transport's caller speaks them: 8 kHz for Twilio (after 0.2 s of
     silence), 48 kHz for WebRTC, 24 kHz for the Realtime API."""
@@ -215,33 +229,33 @@ async def run_level(url: str, k: int, questions, turns: int, timeout_s: float, s
     target = url.replace("http", "ws", 1) + "/telephony/twilio" if transport == "twilio" else url
     before = await health(url)
     until_s = None if soak_s is None else time.monotonic() + soak_s
-    results = await asyncio.gather(*(CALLERS[transport](target, questions, turns, i, timeout_s, until_s)
+    results = await asyncio.gather(*(refusable(CALLERS[transport](target, questions, turns, i, timeout_s, until_s))
                                      for i in range(k)))
     after = await health(url)
     latencies = [ms for r in results for ms in r.latencies_ms]
     asked = sum(len(r.latencies_ms) + r.unanswered for r in results)
     return {"transport": transport, "calls": k, "turns": asked, "answered": len(latencies),
             "p50": percentile(latencies, 0.5), "p95": percentile(latencies, 0.95),
-            "dropped": sum(r.dropped for r in results), "not_closed": sum(r.not_closed for r in results),
+            "refused": sum(r.refused for r in results), "dropped": sum(r.dropped for r in results), "not_closed": sum(r.not_closed for r in results),
             "rss_mb": after["process"]["rss_mb"], "fds": after["process"]["open_fds"],
             "threads": after["process"]["threads"], "lag_p99": after["loop_lag_ms"]["p99"],
             "sessions_after": after["sessions"], "rss_before": before["process"]["rss_mb"]}
 
 
 def table(rows: list[dict]) -> str:
-    out = ["| transport | calls | turns | answered | v2v p50 ms | v2v p95 ms | dropped | not closed | RSS MB | fds "
-           "| threads | loop lag p99 ms |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    out = ["| transport | calls | refused | turns | answered | v2v p50 ms | v2v p95 ms | dropped | not closed | RSS MB "
+           "| fds | threads | loop lag p99 ms |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        out.append(f"| {r['transport']} | {r['calls']} | {r['turns']} | {r['answered']} | {r['p50']:.0f} | "
+        out.append(f"| {r['transport']} | {r['calls']} | {r['refused']} | {r['turns']} | {r['answered']} | {r['p50']:.0f} | "
                    f"{r['p95']:.0f} | {r['dropped']} | {r['not_closed']} | {r['rss_mb']} | {r['fds']} | "
                    f"{r['threads']} | {r['lag_p99']} |")
     return "\n".join(out)
 
 
 def capacity(rows: list[dict]) -> int:
-    """The most calls whose p95 was within CAPACITY_P95_MS with every turn answered and no call lost."""
+    """The most calls whose p95 was within CAPACITY_P95_MS with every turn answered and no call refused or lost."""
     ok = [r["calls"] for r in rows if r["answered"] == r["turns"] and r["p95"] <= CAPACITY_P95_MS
-          and not r["dropped"] and not r["not_closed"]]
+          and not r["refused"] and not r["dropped"] and not r["not_closed"]]
     return max(ok, default=0)
 
 

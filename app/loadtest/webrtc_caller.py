@@ -51,6 +51,10 @@ class ScriptedMicrophone(MediaStreamTrack):
         return frame
 
 
+class Refused(Exception):
+    """The server turned the call away (503: every line busy, or its callers already wait too long)."""
+
+
 class Client:
     """A Python peer that behaves like the page: an `events` channel, a microphone track, a loudness log."""
 
@@ -68,6 +72,9 @@ class Client:
         offer = {"sdp": self.pc.localDescription.sdp, "type": self.pc.localDescription.type}
         async with httpx.AsyncClient() as http:
             response = await http.post(f"{url}/offer", json=offer, timeout=30)
+        if response.status_code == 503:
+            await self.pc.close()
+            raise Refused(response.json().get("error", response.text))
         assert response.status_code == 200, response.text
         await self.pc.setRemoteDescription(RTCSessionDescription(**response.json()))
 

@@ -365,13 +365,13 @@ def test_the_load_generator_times_every_turn_from_the_callers_side(phone, speech
     _, tts = speech
     questions = [speak_8k(tts, "What time do you open?"), speak_8k(tts, "Is there anything else?")]
     row = asyncio.run(run_level(f"http://{host}", 2, questions, turns=2, timeout_s=30))
-    assert row["turns"] == row["answered"] == 4 and not row["dropped"] and not row["not_closed"]
+    assert row["turns"] == row["answered"] == 4 and not row["refused"] and not row["dropped"] and not row["not_closed"]
     # the caller waits at least the server's end-of-turn silence, and far less than the timeout
     assert 600 <= row["p50"] <= row["p95"] < 10_000, row
     assert row["rss_mb"] > 0 and row["fds"] > 0 and row["threads"] > 0 and row["sessions_after"] == 0
-    assert "| twilio | 2 | 4 | 4 |" in table([row])
+    assert "| twilio | 2 | 0 | 4 | 4 |" in table([row])
     assert capacity([row]) == (2 if row["p95"] <= 1500 else 0)
-    assert capacity([dict(row, answered=3)]) == 0
+    assert capacity([dict(row, answered=3)]) == 0 and capacity([dict(row, refused=1)]) == 0
     assert percentile([1.0, 2.0, 3.0, 4.0], 0.5) == 2.0 and percentile([1.0, 2.0, 3.0, 4.0], 0.95) == 4.0
     report = asyncio.run(churn(f"http://{host}", questions[1], cycles=4, parallel=2))
     assert "not closed by the server: 0; sessions left: 0" in report, report
