@@ -33,7 +33,9 @@ CONTROL_TOOLS = ("end_call", "transfer_to_human")
 class SessionOptions:
     barge_in: bool = True             # user speech during agent speech interrupts it; False = input ignored while the agent speaks
     realtime: bool = True             # input arrives at real-time pace (partial transcripts only make sense then)
-    partial_interval_ms: int = 700    # stream time between partial transcripts while the user speaks
+    # stream time between partial transcripts while the user speaks (the page's live caption); None: none, where
+    # nobody would see them (a phone call without an event hook, the Realtime API): each is a Whisper run
+    partial_interval_ms: int | None = 700
     # Draft the turn (ASR, the LLM's first answer, the first clause's audio) once the user has been silent this
     # long; if the endpoint comes with no new speech, the reply starts from the draft. None = off.
     # Must be >= VadConfig.tail_ms, so the drafted audio is exactly the audio the endpoint hands over.
@@ -245,7 +247,8 @@ class Session(Drafting):
                     raise  # our caller was cancelled, not (only) the turn
 
     def _maybe_partial(self) -> None:
-        if not (self.options.realtime and self.detector.in_speech) or self._partial_busy:
+        if (not (self.options.realtime and self.detector.in_speech) or self._partial_busy
+                or self.options.partial_interval_ms is None):
             return
         if self._stream_ms < self._next_partial_ms:
             return

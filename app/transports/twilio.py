@@ -23,7 +23,7 @@ from fastapi import APIRouter, FastAPI, Request, WebSocket
 from fastapi.responses import PlainTextResponse, Response
 from starlette.websockets import WebSocketDisconnect, WebSocketState
 
-from app.pipeline.session import Session
+from app.pipeline.session import Session, SessionOptions
 from app.server.auth import TOKEN_PARAMETER, token_matches
 from app.server.request_body import read_limited
 from app.transports import twilio_wire as wire
@@ -259,9 +259,11 @@ class TwilioCall(SocketCall):
             return "missing or wrong token", CLOSE_POLICY
         self.info = CallInfo(start.call_sid, start.stream_sid, start.account_sid, parameters)
         self.metrics.start(self.TRANSPORT)
+        # partial transcripts only for an event hook: nobody else would see them, and each is a Whisper run
+        options = SessionOptions() if self.on_event is not None else SessionOptions(partial_interval_ms=None)
         self.session = Session(self.services, output_rate_hz=TWILIO_RATE_HZ, send_event=self._emit,
                                on_control=self._on_control, confirm_marks=True,
-                               observer=self.metrics.observer(self.TRANSPORT))
+                               observer=self.metrics.observer(self.TRANSPORT), options=options)
         self.session.on_clear = self._on_clear
         log.info("twilio call %s started (stream %s)", start.call_sid, start.stream_sid)
         self.spawn(self.run_session(), "session")

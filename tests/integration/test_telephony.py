@@ -145,6 +145,37 @@ def test_call_answers_marks_what_was_heard_and_clears_on_barge_in(phone, speech,
     assert not app.state.calls
 
 
+def test_partial_transcripts_run_only_where_an_event_hook_would_show_them(phone, speech, monkeypatch):
+    """Each partial transcript is a Whisper run: on a phone call nobody sees them but an integrator's hook."""
+    host, app, engine = phone
+    _, tts = speech
+    pool, runs, events = app.state.services.partial_pool, [], []
+    submit = pool.submit
+    monkeypatch.setattr(pool, "submit", lambda fn, *args: (runs.append(fn), submit(fn, *args))[1])
+    question = speak_8k(tts, "Hello, I would like to know what time you open on Saturday morning.")
+
+    async def call():
+        engine.calls.clear()
+        async with connect(f"ws://{host}/telephony/twilio") as ws:
+            sim = TwilioSimulator(ws)
+            await sim.start()
+            sim.say(question)
+            await wait_until(lambda: engine.calls, 30, "the turn")
+            await sim.finish()
+
+    async def hook(info, event):
+        events.append(event)
+
+    asyncio.run(call())
+    assert runs == []
+    set_call_event_hook(app, hook)
+    try:
+        asyncio.run(call())
+    finally:
+        set_call_event_hook(app, None)
+    assert runs and any(e["type"] == "transcript" and not e["final"] for e in events), events
+
+
 def test_transfer_reaches_the_integrator_and_end_call_hangs_up_once_the_goodbye_was_heard(phone, speech):
     host, app, engine = phone
     _, tts = speech

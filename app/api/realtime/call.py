@@ -15,7 +15,7 @@ from app.api.chat import AGENT_MODEL, model_id
 from app.api.realtime.config import RATES, Config, EventError
 from app.api.realtime.conversation import ClientConversation
 from app.api.realtime.events import Conversation, new_id
-from app.pipeline.session import Session
+from app.pipeline.session import Session, SessionOptions
 from app.transports.base import PacingClock, SocketCall, no_room, refuse_handshake
 from speech.audio import SAMPLE_RATE_HZ, alaw_to_pcm, mulaw_to_pcm, pcm_to_alaw, pcm_to_mulaw
 
@@ -68,8 +68,10 @@ class RealtimeCall(SocketCall):
         loop = asyncio.get_running_loop()
         agent = services.new_agent() if self.agent_model else ClientConversation(
             services, self.config, lambda call: loop.call_soon_threadsafe(self.conversation.function_call, call))
+        # no partial transcripts: the API's transcription events carry the final one only
         self.session = Session(services, output_rate_hz=OUTPUT_RATE_HZ, send_event=self._on_session_event,
-                               on_control=self._on_control, observer=metrics.observer(self.TRANSPORT), agent=agent)
+                               on_control=self._on_control, observer=metrics.observer(self.TRANSPORT), agent=agent,
+                               options=SessionOptions(partial_interval_ms=None))
         self.session.on_speech = self._on_speech
         self._pending: list[asyncio.Future] = []          # user text not answered yet (typed, or committed audio)
         self._buffer: list[np.ndarray] = []               # committed-by-hand audio, 16 kHz (turn_detection null)
