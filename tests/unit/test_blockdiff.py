@@ -9,7 +9,8 @@ import torch
 
 from llm import lora
 from llm.adapt import AdaptOptions, Example, adapt, apply_adapter
-from llm.blockdiff import (BlockOptions, Pass, PassBatcher, PrefixCache, _pass, block_batch, block_reply, packed_loss,
+from llm.blockdiff import (BlockOptions, Pass, PassBatcher, PrefixCache, _alone, _pass, block_batch, block_reply,
+                           packed_loss,
                            passes)
 from llm.engine import _Caches
 from llm.generate import SpecialIds, autoregressive_reply
@@ -312,3 +313,19 @@ def test_a_cache_new_to_a_prompt_starts_from_the_prefix_another_generation_holds
     assert warm.tokens == cold.tokens
     with caches.lent(second) as again:   # idle now: the one that held this very prompt
         assert again is b and again.ids == second[:-1]
+
+
+@torch.no_grad()
+def test_a_long_prompt_is_prefilled_a_chunk_a_pass_with_the_same_reply():
+    model = tiny()
+    ids = prompt(100)
+    opts = BlockOptions(max_new_tokens=12, block_length=3, threshold=0.9, stop_at_eos=False)
+    whole = block_reply(model, ids, SPECIAL, dataclasses.replace(opts, prefill_chunk=1000),
+                        PrefixCache(model.new_cache(1, 256)))
+    rows, alone = [], _alone(model, MASK)
+    chunked = block_reply(model, ids, SPECIAL, dataclasses.replace(opts, prefill_chunk=16),
+                          PrefixCache(model.new_cache(1, 256)), run=lambda p, r: (rows.append(len(p.ids)), alone(p, r))[1])
+    assert chunked.tokens == whole.tokens
+    assert rows[:7] == [16] * 6 + [4 + 2]   # 6 chunks without a head, then the prompt's last 4 and 2 masks
+    with pytest.raises(ValueError, match="prefill_chunk"):
+        BlockOptions(prefill_chunk=0)
