@@ -5,6 +5,7 @@ after one warm-up, and ratios are against the autoregressive row measured in thi
 """
 import statistics
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import torch
@@ -117,4 +118,52 @@ def format_table(rows: list[dict], header: str = "") -> str:
                            for i, ((title, _, _), w) in enumerate(zip(columns, widths))))
     lines.append("  ".join("-" * w for w in widths))
     lines += ["  ".join(fmt.format(row[key]) for _, fmt, key in columns) for row in rows]
+    return "\n".join(lines)
+
+
+def run_callers(engine: Engine, messages: list[dict], decode: BlockOptions, counts: list[int],
+                repeats: int) -> list[dict]:
+    """Several callers' replies at once against one after another, in the same run (a block engine): each count
+    writes that many replies to `messages`, first one after another, then on as many threads at once, whose
+    passes share forwards (llm.blockdiff.PassBatcher). Every reply pays its prefill. Medians of `repeats` after
+    one warm-up."""
+    if repeats < 1 or not counts or min(counts) < 1:
+        raise ValueError(f"repeats={repeats} and every count of callers {counts} must be >= 1")
+    prompt_ids = engine.prompt_ids(messages)
+
+    def reply(_=None):
+        return engine.generate_blocks(prompt_ids, decode).text
+
+    rows = []
+    for n in counts:
+        apart, together, forwards, passes, same = [], [], [], [], True
+        for _ in range(repeats + 1):
+            engine.forget_prefix()
+            start = time.perf_counter()
+            alone = []
+            for _ in range(n):
+                engine.forget_prefix()
+                alone.append(reply())
+            apart.append(time.perf_counter() - start)
+            engine.forget_prefix()
+            batches, asked = engine.batcher.batches, engine.batcher.passes
+            start = time.perf_counter()
+            with ThreadPoolExecutor(n) as pool:
+                shared = list(pool.map(reply, range(n)))
+            together.append(time.perf_counter() - start)
+            forwards.append(engine.batcher.batches - batches)
+            passes.append(engine.batcher.passes - asked)
+            same = same and shared == alone
+        apart_ms, together_ms = 1000 * statistics.median(apart[1:]), 1000 * statistics.median(together[1:])
+        rows.append(dict(callers=n, apart_ms=apart_ms, together_ms=together_ms, speedup=apart_ms / together_ms,
+                         passes=statistics.median(passes[1:]), forwards=statistics.median(forwards[1:]),
+                         same_replies=same))
+    return rows
+
+
+def format_callers(rows: list[dict]) -> str:
+    lines = ["callers  one after another ms  at once ms  speed-up  passes  forwards  same replies",
+             "-------  -------------------  ----------  --------  ------  --------  ------------"]
+    lines += [f"{r['callers']:>7}  {r['apart_ms']:>19.1f}  {r['together_ms']:>10.1f}  {r['speedup']:>7.2f}x  "
+              f"{r['passes']:>6.0f}  {r['forwards']:>8.0f}  {'yes' if r['same_replies'] else 'no':>12}" for r in rows]
     return "\n".join(lines)

@@ -40,6 +40,8 @@ def register(subparsers) -> None:
     bench.add_argument("--repeats", type=int, default=5, help="timed runs per method (median reported)")
     bench.add_argument("--ignore-eos", action="store_true", help="always fill --max-new-tokens")
     bench.add_argument("--json", action="store_true", help="print the rows as JSON")
+    bench.add_argument("--callers", metavar="N,N", help="a block engine: also N replies at once against one after "
+                                                        "another, sharing passes (e.g. 1,2,4)")
     bench.set_defaults(func=run_bench)
 
 
@@ -127,4 +129,32 @@ def run_bench(args) -> int:
               f"max_new_tokens={opts.max_new_tokens}, block_length={opts.block_length}, "
               f"median of {opts.repeats}")
     print(format_table(rows, header))
+    if args.callers:
+        return _bench_callers(args, engine, opts)
+    return 0
+
+
+def _bench_callers(args, engine, opts) -> int:
+    """The callers table: the checkpoint's own decoding (the agent's: generation_config.json), N replies at once."""
+    from app.agent.options import agent_options_for
+    from app.settings import from_env
+    from llm.bench import format_callers, run_callers
+    from llm.blockdiff import BlockOptions
+
+    if not engine.left_to_right:
+        print("parley llm: --callers needs a block engine (a left-to-right base: an adapter or a .gguf)",
+              file=sys.stderr)
+        return 2
+    agent = agent_options_for(args.model or from_env().llm_model)
+    decode = BlockOptions(max_new_tokens=opts.max_new_tokens, block_length=agent.block_length,
+                          threshold=agent.threshold, stop_at_eos=opts.stop_at_eos, draft_length=agent.draft_length)
+    try:
+        counts = [int(n) for n in args.callers.split(",")]
+        rows = run_callers(engine, _messages(args), decode, counts, opts.repeats)
+    except ValueError as exc:
+        print(f"parley llm: --callers {args.callers}: {exc}", file=sys.stderr)
+        return 2
+    print(f"\ncallers at once (block_length={decode.block_length}, threshold={decode.threshold}, "
+          f"draft_length={decode.draft_length}; median of {opts.repeats})")
+    print(format_callers(rows))
     return 0

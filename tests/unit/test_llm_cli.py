@@ -43,3 +43,21 @@ def test_bad_model_directory_is_a_clear_error(tmp_path, capsys):
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "gpt2"}))
     assert main(["llm", "generate", "--model", str(tmp_path)]) == 2
     assert "unknown model_type 'gpt2'" in capsys.readouterr().err
+
+
+def test_callers_at_once_write_what_they_write_one_after_another(tmp_path):
+    """llm.bench.run_callers: N replies on threads at once, sharing forwards, against one after another."""
+    import llm
+    from llm.bench import format_callers, run_callers
+    from llm.blockdiff import BlockOptions
+    from llm.engine import Engine
+
+    loaded = llm.load(write_parley(tmp_path, shift_logits=True), device="cpu")
+    engine = Engine(loaded.model, loaded.tokenizer, loaded.chat_style, loaded.special, left_to_right=True)
+    decode = BlockOptions(max_new_tokens=12, block_length=1, threshold=1.0, stop_at_eos=False, draft_length=4)
+    rows = run_callers(engine, [{"role": "user", "content": "Hello there"}], decode, [1, 3], repeats=1)
+    assert [r["callers"] for r in rows] == [1, 3] and all(r["same_replies"] for r in rows)
+    assert rows[1]["passes"] >= 3 * rows[0]["passes"] - 3 and 1 <= rows[1]["forwards"] <= rows[1]["passes"]
+    assert format_callers(rows).splitlines()[2].split()[0] == "1"
+    with pytest.raises(ValueError, match="must be >= 1"):
+        run_callers(engine, [{"role": "user", "content": "Hi"}], decode, [0], repeats=1)
