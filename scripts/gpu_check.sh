@@ -18,5 +18,7 @@ PY
 date -u +"%Y-%m-%d %H:%M UTC"
 "$PYTHON" -m kernels.bench "$@"
 # the embedded brain (SmolLM2 + Parley's adapter) on the GPU: block diffusion against autoregressive decoding
+# and callers at once, their passes shared (llm.blockdiff.PassBatcher), against one after another
 "$PYTHON" -m app.cli llm bench --model llm/weights/parley-smollm2 --device cuda --repeats 5 \
-    --system "You answer phone calls for Maple Street Hair Studio." --prompt "Hi, what are your hours on Saturday?"
+    --system "You answer phone calls for Maple Street Hair Studio." --prompt "Hi, what are your hours on Saturday?" \
+    --callers 1,4,16
