@@ -253,7 +253,7 @@ def _alone(model: Transformer, mask_id: int):
     return lambda p, rows: forward(model, [(p, rows)], mask_id)[0]
 
 
-def _prefill(run, prefix: PrefixCache, prompt: list[int], chunk: int, cancel=None) -> tuple[int, list[int]]:
+def prefill_prompt(run, prefix: PrefixCache, prompt: list[int], chunk: int, cancel=None) -> tuple[int, list[int]]:
     """Run the prompt's positions the cache does not hold, but the last `chunk` or fewer, a chunk a pass (no head);
     -> (the position after them, the prompt's rest: the first pass's clean tokens)."""
     start = prefix.reuse(prompt)
@@ -272,7 +272,7 @@ def next_token_logits(model: Transformer, prompt: list[int], prefix: PrefixCache
     the cache does not hold yet, whose keys stay there for the reply that may follow. run: a PassBatcher's
     (the pass shares a forward with other generations')."""
     run = run or _alone(model, mask_id)
-    start, clean = _prefill(run, prefix, prompt, BlockOptions.prefill_chunk)
+    start, clean = prefill_prompt(run, prefix, prompt, BlockOptions.prefill_chunk)
     _, logits = run(Pass(prefix.cache, start, torch.tensor(clean, dtype=torch.long, device=prefix.cache.k.device)),
                     slice(-1, None))
     prefix.ids += clean
@@ -305,7 +305,7 @@ def block_reply(model: Transformer, prompt: list[int], special: SpecialIds, opts
         raise ValueError("the prompt is empty: render at least the assistant header")
     device = prefix.cache.k.device
     run = run or _alone(model, special.mask)
-    start, clean = _prefill(run, prefix, prompt, opts.prefill_chunk, cancel)
+    start, clean = prefill_prompt(run, prefix, prompt, opts.prefill_chunk, cancel)
     tokens: list[int] = []
     passes = 0
     while True:

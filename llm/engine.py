@@ -10,7 +10,7 @@ from tokenizers import Tokenizer
 
 from llm import chat
 from llm.blockdiff import (BlockOptions, Matcher, PassBatcher, PrefixCache, block_reply, next_token_logits,
-                           shared_length)
+                           prefill_prompt, shared_length)
 from llm.drafter import Drafter
 from llm.generate import DecodeOptions, ModelDenoiser, SpecialIds, denoise_reply
 from llm.model import Transformer
@@ -169,6 +169,16 @@ class Engine:
         probabilities = torch.softmax(logits, dim=-1)
         ends = {self.tokenizer.token_to_id(t) for t in (chat.END_OF_TURN[self.chat_style], ".", "?", "!")} - {None}
         return float(probabilities[sorted(ends)].sum())
+
+    @torch.inference_mode()
+    def prefill(self, messages: list[dict], cancel: threading.Event | None = None) -> None:
+        """Hold the prompt of `messages` in a reused KV cache (but its last positions, up to a chunk), ahead of
+        the generation that will extend it; a block engine (cache "block")."""
+        if not self.left_to_right:
+            raise ValueError("prefill holds a block engine's KV cache: it needs a model pretrained left to right")
+        ids = self.prompt_ids(messages)
+        with self._caches.lent(ids) as prefix, self.batcher.joined() as run:
+            prefill_prompt(run, prefix, ids, BlockOptions.prefill_chunk, cancel)
 
     def forget_prefix(self) -> None:
         """Drop the reused KV caches: the next block generation prefills its whole prompt."""

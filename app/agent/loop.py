@@ -18,6 +18,8 @@ from app.agent.speech_filter import SpeechFilter
 
 log = logging.getLogger(__name__)
 
+NEXT_TURN_TOKENS = 64   # room prepare_next keeps for the caller's next words (a spoken turn is rarely longer)
+
 
 class Agent:
     """One conversation: history, model, tools."""
@@ -31,18 +33,19 @@ class Agent:
         self._first = 0                  # with max_history_turns 0, the first message the prompt keeps (prompt)
         self._lock = threading.Lock()    # respond and truncate_last_reply come from different threads
 
-    def prompt(self) -> list[dict]:
+    def prompt(self, extra_tokens: int = 0) -> list[dict]:
         """The messages the model sees: system prompt, then the last `max_history_turns` user turns, fewer when
         they would not fit the model's context with a reply (a call of any length never outgrows it).
 
         max_history_turns 0: every turn since the window last moved, while they fit. When they no longer do, the
         window moves past the oldest turns until half the context is free, so the turns after it reuse the
         prompt's KV cache again (the engine keeps its last prompt's longest common prefix): moving one turn at a
-        time would change the prompt's start, and so make each turn prefill the whole history."""
+        time would change the prompt's start, and so make each turn prefill the whole history. extra_tokens: room
+        kept besides the reply's (prepare_next: the caller's next words)."""
         user_idx = [i for i, m in enumerate(self.messages) if m["role"] == "user"]
         system = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
         fits = getattr(self.engine, "fits", None)
-        keep, reply = self.options.max_history_turns, self.options.max_new_tokens
+        keep, reply = self.options.max_history_turns, self.options.max_new_tokens + extra_tokens
         if keep == 0:
             messages = system + self.messages[self._first:]
             if fits is None or fits(messages, reply):
@@ -58,6 +61,22 @@ class Agent:
             if fits is None or fits(messages, reply):
                 return messages
         return messages  # the last user turn alone: the engine says why it does not fit
+
+    def prepare_next(self, cancel: threading.Event | None = None, next_tokens: int = NEXT_TURN_TOKENS) -> bool:
+        """Between turns, while the caller hears the reply: when the next turn would not fit the context (its words
+        and a reply), move the window now and have the engine hold the moved prompt in a KV cache the next turn
+        reuses. A long call's window move re-reads ~700 tokens of history (~2.7 s on 2 CPU cores): paid here, not
+        by the caller waiting for an answer. next_tokens: room for the caller's next words. -> whether it moved."""
+        prefill = getattr(self.engine, "prefill", None)
+        if prefill is None or self.options.cache != "block" or self.options.max_history_turns != 0:
+            return False
+        with self._lock:
+            first = self._first
+            messages = self.prompt(extra_tokens=next_tokens)
+            moved = self._first != first
+        if moved:
+            prefill(messages, cancel=cancel)
+        return moved
 
     def _generate(self, messages: list[dict], on_block=None, cancel: threading.Event | None = None,
                   speech_only: bool = False):

@@ -83,6 +83,7 @@ class Session(Drafting):
         self._next_partial_ms = 0.0
         self._partial_busy = False
         self._side_tasks: set[asyncio.Task] = set()        # partial transcripts, tool events: held until done
+        self._preparing: list = []                          # (Future, stop Event) of Agent.prepare_next jobs
         self._pending_control: str | None = None
         self._draft: Draft | None = None
         self._ready_clause: tuple[str, np.ndarray] | None = None   # the drafted first clause and its audio
@@ -149,6 +150,9 @@ class Session(Drafting):
             self._closed = True
             self._input.put_nowait(None)
         await self._stop_turn()
+        for job, stop in self._preparing:
+            stop.set()
+            job.cancel()
         for task in list(self._side_tasks):
             task.cancel()
         self.playback.clear()
@@ -331,6 +335,18 @@ class Session(Drafting):
         trace.reply = result.reply
         if not result.cancelled and not cancel.is_set():
             await self._emit({"type": "reply", "text": result.reply, "final": True})
+            self._prepare_next()
+
+    def _prepare_next(self) -> None:
+        """While the caller hears the reply: a long call's window move, before the next turn waits for it
+        (Agent.prepare_next), as speculative work that gives way to any caller's turn."""
+        prepare = getattr(self.agent, "prepare_next", None)
+        if prepare is None or self._closed:
+            return
+        stop = threading.Event()
+        self._preparing.append((self.services.llm_lanes.submit(prepare, stop, speculative=True, interrupt=stop.set),
+                                stop))
+        self._preparing = [(job, stop) for job, stop in self._preparing if not job.done()]
 
     async def _speak(self, clause: str, trace: TurnTrace, cancel: threading.Event) -> None:
         if cancel.is_set() or not clause.strip():

@@ -162,3 +162,32 @@ def test_a_call_of_any_length_keeps_what_fits_and_moves_its_window_rarely():
     assert firsts[:8] == ["question number 0"] * 8  # nothing dropped while it fits
     moves = sum(a != b for a, b in zip(firsts, firsts[1:]))
     assert 3 <= moves <= 10  # the window moved several turns at a time, not every turn
+
+
+def test_between_turns_a_long_call_moves_its_window_and_prefills_what_the_next_turn_reads():
+    """Agent.prepare_next: the window move a long call needs happens while the caller hears the reply, and the
+    engine holds the moved prompt, which the next turn's prompt extends (its cache reused)."""
+
+    class PrefillingEngine(SmallContextEngine):
+        def __init__(self, context):
+            super().__init__(context)
+            self.prefilled = []
+
+        def prefill(self, messages, cancel=None):
+            self.prefilled.append(list(messages))
+
+    engine = PrefillingEngine(context=60)
+    agent = Agent(engine, FakeToolbox(), "sys", AgentOptions(max_new_tokens=10, max_history_turns=0, cache="block",
+                                                            tool_grammar=False))
+    moved_by_turns, prompts = 0, []
+    for n in range(40):
+        first = agent._first
+        agent.respond(f"question number {n}")   # 3 words: within the room prepare_next keeps for them
+        moved_by_turns += agent._first != first  # a move the caller waited for
+        if prompts:
+            assert engine.calls[-1][:len(prompts[-1])] == prompts.pop()   # the turn read on from what was held
+        if agent.prepare_next(next_tokens=5):
+            prompts.append(engine.prefilled[-1])
+    assert len(engine.prefilled) >= 3 and moved_by_turns == 0
+    other = Agent(SmallContextEngine(context=60), FakeToolbox(), "sys", AgentOptions(max_history_turns=0))
+    assert other.prepare_next() is False   # an engine that holds no KV cache: nothing to prepare
