@@ -34,7 +34,7 @@ class Settings:
     voice: str | None = None              # a Piper .onnx voice (its .onnx.json beside it)
     llm_model: str = str(DEFAULT_LLM_DIR)  # an adapter, parley, LLaDA or Dream checkpoint directory, or a .gguf
     llm_device: str | None = None         # None = cuda when available, else cpu
-    # language-model generations run at once, their passes sharing forwards (llm.blockdiff.PassBatcher); 1: one
+    # language-model generations run at once, their passes sharing forwards (llm.passes.PassBatcher); 1: one
     # after another
     llm_batch: int = 4
     # the business the agent serves

@@ -125,7 +125,7 @@ def run_callers(engine: Engine, messages: list[dict], decode: BlockOptions, coun
                 repeats: int) -> list[dict]:
     """Several callers' replies at once against one after another, in the same run (a block engine): each count
     writes that many replies to `messages`, first one after another, then on as many threads at once, whose
-    passes share forwards (llm.blockdiff.PassBatcher). Every reply pays its prefill. Medians of `repeats` after
+    passes share forwards (llm.passes.PassBatcher). Every reply pays its prefill. Medians of `repeats` after
     one warm-up."""
     if repeats < 1 or not counts or min(counts) < 1:
         raise ValueError(f"repeats={repeats} and every count of callers {counts} must be >= 1")

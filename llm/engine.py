@@ -9,11 +9,12 @@ import torch
 from tokenizers import Tokenizer
 
 from llm import chat
-from llm.blockdiff import (BlockOptions, Matcher, PassBatcher, PrefixCache, block_reply, next_token_logits,
-                           prefill_prompt, shared_length)
+from llm.blockdiff import (BlockOptions, Matcher, PrefixCache, block_reply, next_token_logits, prefill_prompt,
+                           shared_length)
 from llm.drafter import Drafter
 from llm.generate import DecodeOptions, ModelDenoiser, SpecialIds, denoise_reply
 from llm.model import Transformer
+from llm.passes import PassBatcher
 
 
 @dataclass

@@ -236,7 +236,8 @@ async def run_level(url: str, k: int, questions, turns: int, timeout_s: float, s
     asked = sum(len(r.latencies_ms) + r.unanswered for r in results)
     return {"transport": transport, "calls": k, "turns": asked, "answered": len(latencies),
             "p50": percentile(latencies, 0.5), "p95": percentile(latencies, 0.95),
-            "refused": sum(r.refused for r in results), "dropped": sum(r.dropped for r in results), "not_closed": sum(r.not_closed for r in results),
+            "refused": sum(r.refused for r in results), "dropped": sum(r.dropped for r in results),
+            "not_closed": sum(r.not_closed for r in results),
             "rss_mb": after["process"]["rss_mb"], "fds": after["process"]["open_fds"],
             "threads": after["process"]["threads"], "lag_p99": after["loop_lag_ms"]["p99"],
             "sessions_after": after["sessions"], "rss_before": before["process"]["rss_mb"]}
@@ -246,9 +247,9 @@ def table(rows: list[dict]) -> str:
     out = ["| transport | calls | refused | turns | answered | v2v p50 ms | v2v p95 ms | dropped | not closed | RSS MB "
            "| fds | threads | loop lag p99 ms |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        out.append(f"| {r['transport']} | {r['calls']} | {r['refused']} | {r['turns']} | {r['answered']} | {r['p50']:.0f} | "
-                   f"{r['p95']:.0f} | {r['dropped']} | {r['not_closed']} | {r['rss_mb']} | {r['fds']} | "
-                   f"{r['threads']} | {r['lag_p99']} |")
+        out.append(f"| {r['transport']} | {r['calls']} | {r['refused']} | {r['turns']} | {r['answered']} | "
+                   f"{r['p50']:.0f} | {r['p95']:.0f} | {r['dropped']} | {r['not_closed']} | {r['rss_mb']} | "
+                   f"{r['fds']} | {r['threads']} | {r['lag_p99']} |")
     return "\n".join(out)
 
 

@@ -3,7 +3,7 @@ for goes before speculative work (drafts started in the end-of-turn silence), wh
 
 A model runs `width` jobs at a time: one for the speech models (calls to them are serialized, and on a small CPU
 two at once only slow each other down); several for the language model, whose generations running at once
-share their forward passes (llm.blockdiff.PassBatcher). Waiting jobs start in order of (lane, arrival). When
+share their forward passes (llm.passes.PassBatcher). Waiting jobs start in order of (lane, arrival). When
 every worker is busy, a running speculative job that can stop early (it was given `interrupt`, e.g. the Event
 its generation checks between passes) is interrupted when urgent work arrives: a draft is cheap to redo, a
 caller's wait is not. A draft that becomes the turn's own work is

@@ -41,7 +41,7 @@ class Services:
     def __post_init__(self):
         # Worker threads per model, shared by every session: the event loop never waits on a model, and a turn's
         # work goes before drafts (app.pipeline.lanes). The speech models run one call at a time; the language
-        # model up to llm_batch generations, whose passes share forwards (llm.blockdiff.PassBatcher). A partial
+        # model up to llm_batch generations, whose passes share forwards (llm.passes.PassBatcher). A partial
         # transcript never delays the final one (its own thread).
         self.asr_lanes, self.tts_lanes = LanePool("asr"), LanePool("tts")
         self.llm_lanes = LanePool("llm", width=self.llm_batch)

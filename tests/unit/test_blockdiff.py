@@ -9,12 +9,11 @@ import torch
 
 from llm import lora
 from llm.adapt import AdaptOptions, Example, adapt, apply_adapter
-from llm.blockdiff import (BlockOptions, Pass, PassBatcher, PrefixCache, _alone, _pass, block_batch, block_reply,
-                           packed_loss,
-                           passes)
+from llm.blockdiff import BlockOptions, PrefixCache, block_batch, block_reply, packed_loss
 from llm.engine import _Caches
 from llm.generate import SpecialIds, autoregressive_reply
 from llm.model import ModelArgs, Transformer
+from llm.passes import Pass, PassBatcher, alone, passes
 
 MASK, STOP = 63, 1
 SPECIAL = SpecialIds(mask=MASK, stop=(STOP,))
@@ -149,7 +148,7 @@ def test_training_attention_is_the_samplers():
     for k, b0 in enumerate((10, 14)):
         canvas = packed.ids[n + 4 * k:n + 4 * k + 4]
         cache = model.new_cache(1, 256)
-        got = _pass(model, cache, 0, torch.tensor(ids[:b0]), canvas)  # the prompt (clean) then the canvas
+        got = passes(model, [Pass(cache, 0, torch.cat([torch.tensor(ids[:b0]), canvas]))])[0]  # the prompt, the canvas
         torch.testing.assert_close(got[b0:], hidden[0, n + 4 * k:n + 4 * k + 4], atol=1e-5, rtol=1e-4)
         torch.testing.assert_close(got[:b0], hidden[0, :b0], atol=1e-5, rtol=1e-4)
     # targets: the clean stream predicts each reply token; a copy row predicts the masked token after it
@@ -247,8 +246,8 @@ def test_passes_of_several_sequences_in_one_forward_are_each_ones_own():
             return passes(model, first) + passes(model, then)
         return [passes(model, [p])[0] for p in first + then]
 
-    for shared, alone in zip(run(True), run(False)):
-        torch.testing.assert_close(shared, alone, rtol=1e-4, atol=1e-5)
+    for shared, apart in zip(run(True), run(False)):
+        torch.testing.assert_close(shared, apart, rtol=1e-4, atol=1e-5)
 
 
 @torch.no_grad()
@@ -322,9 +321,10 @@ def test_a_long_prompt_is_prefilled_a_chunk_a_pass_with_the_same_reply():
     opts = BlockOptions(max_new_tokens=12, block_length=3, threshold=0.9, stop_at_eos=False)
     whole = block_reply(model, ids, SPECIAL, dataclasses.replace(opts, prefill_chunk=1000),
                         PrefixCache(model.new_cache(1, 256)))
-    rows, alone = [], _alone(model, MASK)
+    rows, one = [], alone(model, MASK)
     chunked = block_reply(model, ids, SPECIAL, dataclasses.replace(opts, prefill_chunk=16),
-                          PrefixCache(model.new_cache(1, 256)), run=lambda p, r: (rows.append(len(p.ids)), alone(p, r))[1])
+                          PrefixCache(model.new_cache(1, 256)),
+                          run=lambda p, r: (rows.append(len(p.ids)), one(p, r))[1])
     assert chunked.tokens == whole.tokens
     assert rows[:7] == [16] * 6 + [4 + 2]   # 6 chunks without a head, then the prompt's last 4 and 2 masks
     with pytest.raises(ValueError, match="prefill_chunk"):
