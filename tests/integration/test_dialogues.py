@@ -201,15 +201,56 @@ def test_the_adapt_recipes_dialogues_are_what_the_agent_writes_when_it_replays_t
     for d in dialogues:
         written = iter(m["content"] for m in d.messages if m["role"] == "assistant")
         store = open_store(":memory:")
-        for name, service, start, duration in d.setup:
-            store.add(name, service, start, duration)
         toolbox = Toolbox(profile, store, now=lambda d=d: d.now)
         options = AgentOptions(cache="block", block_length=1, tool_grammar=False, max_history_turns=0)
         agent = Agent(FakeEngine(lambda m: next(written), block_words=1000), toolbox, "system", options)
-        for m in d.messages:
-            if m["role"] == "user":
-                agent.respond(m["content"])
+        for text, snapshot in zip((m["content"] for m in d.messages if m["role"] == "user"), d.snapshots):
+            # the bookings other callers made before this message (a later request's setup comes mid-call)
+            held = {(a.name, a.service, a.start, a.duration_min) for a in store.all()}
+            for name, service, start, duration in snapshot:
+                if (name, service, start, duration) not in held:
+                    store.add(name, service, start, duration)
+            agent.respond(text)
         assert agent.messages == d.messages
         asked += sum('"missing"' in m["content"] for m in d.messages if m["role"] == "tool")
     assert asked >= 20
     assert sum(sum(m["role"] == "user" for m in d.messages) >= 4 for d in dialogues) >= 10  # long calls too
+
+
+def _calls(messages):
+    return [json.loads(m["content"][len(TOOL_CALL_OPEN):-len("</tool_call>")])
+            for m in messages if m["role"] == "assistant" and m["content"].startswith(TOOL_CALL_OPEN)]
+
+
+def test_conversational_turns_go_on_from_the_last_one_in_training_only(profile):
+    """With Style.conversational (the adapt recipe), a follow-up ("and a blow dry?") repeats the last call with
+    one argument changed, a name said in part and then whole is booked whole, and compliments get their reply;
+    the held-out split is the same dialogues either way."""
+    from app.commands.adapt import DIALOGUES
+    from app.training.dialogues import Style
+    assert DIALOGUES.conversational
+    dialogues = generate(profile, "train", 600, seed=5, style=DIALOGUES)
+    asks = [re.escape(f).replace(re.escape("{thing}"), ".+") for f in templates.FOLLOW_UP + variants.more(
+        templates.FOLLOW_UP)]
+    follow_up = re.compile("|".join(f"(?:{a})" for a in asks), re.IGNORECASE)
+    follow_ups = twice = compliments = 0
+    for d in dialogues:
+        users = [i for i, m in enumerate(d.messages) if m["role"] == "user"]
+        for k, i in enumerate(users[1:], 1):
+            text = d.messages[i]["content"]
+            before, now = _calls(d.messages[users[k - 1]:i]), _calls(d.messages[i:i + 3])
+            if follow_up.search(text) and d.intents[k] in ("info", "availability") and before and now \
+                    and now[0]["name"] == before[-1]["name"]:
+                args, last = now[0]["arguments"], before[-1]["arguments"]
+                changed = {key for key in args if args[key] != last.get(key)}
+                assert len(changed) == 1 and changed <= {"service", "day"}, (text, last, args)
+                follow_ups += 1
+            match = re.fullmatch(r"(?:.*\s)?([A-Z][a-z]+)\. ((?:[A-Z][a-z]+) (?:[A-Z][a-z]+))[.,].*", text)
+            if match and match.group(1) in match.group(2).split() and now and "name" in now[0]["arguments"]:
+                assert now[0]["arguments"]["name"] == match.group(2)
+                twice += 1
+        compliments += d.intents.count("compliment")
+    assert follow_ups >= 10 and twice >= 3 and compliments >= 10
+    plain = Style(variants=True, ask_by_call=True, more_requests=0.4)
+    assert [d.messages for d in generate(profile, "heldout", 80, seed=3, style=DIALOGUES)] == \
+        [d.messages for d in generate(profile, "heldout", 80, seed=3, style=plain)]

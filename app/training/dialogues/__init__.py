@@ -21,6 +21,8 @@ SPLITS = ("train", "heldout")
 MAIN = {booking: 40, scenarios.availability: 14, scenarios.cancel: 10, scenarios.look_up: 6,
         scenarios.business_question: 14, scenarios.date_and_time: 3, scenarios.transfer: 3}
 MAIN_SMALL_TALK = {"who_are_you": 3, "out_of_scope": 5}
+# With conversational turns (Style.conversational), small talk that a front desk hears more of.
+MAIN_SMALL_TALK_CONVERSATIONAL = {"who_are_you": 3, "out_of_scope": 10, "compliment": 3}
 
 
 @dataclass(frozen=True)
@@ -30,6 +32,10 @@ class Style:
     variants: bool = False       # training also draws from app.training.dialogues.variants
     ask_by_call: bool = False    # a question for a missing detail follows a call that lacked it (Script.ask)
     more_requests: float = 0.0   # after each main request, another one with this probability (at most MAX_REQUESTS)
+    # turns that go on from the last one, as callers talk: a follow-up asking the last question about another
+    # service or day ("and a blow dry?"), "do you do X?", a name said in part and then whole ("Ana. Ana
+    # Ruiz."), a compliment; and more off-topic requests
+    conversational: bool = False
 
 
 MAX_REQUESTS = 4
@@ -39,16 +45,17 @@ def write_dialogue(profile: Profile, split: str, rng: random.Random, style: Styl
     """One dialogue: maybe a greeting, a main request (or small talk) and maybe more of them, maybe thanks and
     goodbye."""
     now = datetime(2026, 1, 5, 8, 0) + timedelta(days=rng.randrange(0, 700), minutes=15 * rng.randrange(0, 44))
-    s = Script(profile, split, rng, now, style.variants, style.ask_by_call)
+    s = Script(profile, split, rng, now, style.variants, style.ask_by_call, style.conversational)
     if rng.random() < 0.25:
         scenarios.small_talk(s, rng.choice(("greeting", "greeting", "how_are_you")))
-    kinds = list(MAIN) + list(MAIN_SMALL_TALK)
-    weights = list(MAIN.values()) + list(MAIN_SMALL_TALK.values())
+    small_talk = MAIN_SMALL_TALK_CONVERSATIONAL if s.conversational else MAIN_SMALL_TALK
+    kinds = list(MAIN) + list(small_talk)
+    weights = list(MAIN.values()) + list(small_talk.values())
     for n in range(MAX_REQUESTS):  # no draw at all without more_requests: those dialogues stay as they were written
         if n and (style.more_requests == 0.0 or not rng.random() < style.more_requests):
             break
         kind = rng.choices(kinds, weights=weights)[0]
-        if kind in MAIN_SMALL_TALK:
+        if kind in small_talk:
             scenarios.small_talk(s, kind)
         else:
             kind(s)

@@ -119,7 +119,7 @@ def ask_missing(s: Script, slots: dict, given: set, args: dict) -> None:
             s.user(s.pick(T.ANSWER_TIME).format(time=s.say_time(slots["time"].time())), "book")
         else:
             s.ask(ASK_NAME, "book_appointment", known)
-            s.user(s.pick(T.ANSWER_NAME).format(name=slots["name"]), "book")
+            s.user(s.pick(T.ANSWER_NAME).format(name=s.said_name(slots["name"])), "book")
         given.add(slot)
 
 

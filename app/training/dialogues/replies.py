@@ -18,10 +18,12 @@ SMALL_TALK = {
     "thanks": "You're welcome! Is there anything else I can help you with?",
     "who_are_you": "I'm the virtual assistant for {business}. " + CAPABILITIES,
     "out_of_scope": "I'm sorry, I can't help with that. " + CAPABILITIES,
+    "compliment": "Thank you, I'm so glad to hear that! Is there anything else I can help you with?",
 }
 # A phrase each small-talk reply must contain to fit its intent (used by `parley eval`).
 SMALL_TALK_KEYS = {"greeting": "how can i help", "how_are_you": "doing well", "thanks": "welcome",
-                   "who_are_you": "assistant", "out_of_scope": "can't help with that"}
+                   "who_are_you": "assistant", "out_of_scope": "can't help with that",
+                   "compliment": "glad to hear"}
 
 
 def ask_time(day: str) -> str:

@@ -10,7 +10,7 @@ from app.training.dialogues.replies import ASK_NAME_FOR_LOOKUP, SMALL_TALK
 from app.training.dialogues.script import Script
 
 _SMALL_TALK_LISTS = {"greeting": T.GREETING, "how_are_you": T.HOW_ARE_YOU, "thanks": T.THANKS,
-                     "who_are_you": T.WHO_ARE_YOU, "out_of_scope": T.OUT_OF_SCOPE}
+                     "who_are_you": T.WHO_ARE_YOU, "out_of_scope": T.OUT_OF_SCOPE, "compliment": T.COMPLIMENT}
 OUT_OF_SCOPE_CATEGORIES = ("ai", "food", "sports", "humor", "trivia", "science", "history", "movies",
                            "literature", "computers", "gossip", "politics", "psychology")
 
@@ -32,6 +32,7 @@ def availability(s: Script) -> None:
         s.user(s.pick(T.AVAILABILITY_DAY).format(day=s.say_day(day)), "availability")
     result = s.call("check_availability", args)
     if not result["ok"] or result.get("free") == "nothing" or s.rng.random() < 0.4:
+        follow_ups(s, "check_availability", args, "availability")
         return
     if result.get("available"):
         time_text = args["time"]
@@ -72,7 +73,7 @@ def _named_request(s: Script, text: str, name: str, intent: str, tool: str, know
         return True
     s.user(text, intent)
     s.ask(ASK_NAME_FOR_LOOKUP, tool, known)
-    s.user(s.pick(T.ANSWER_NAME).format(name=name), intent)
+    s.user(s.pick(T.ANSWER_NAME).format(name=s.said_name(name)), intent)
     return False
 
 
@@ -107,15 +108,43 @@ def business_question(s: Script) -> None:
         args["day"] = s.day(open_only=False)
         text = s.pick(T.HOURS_DAY).format(day=s.say_day(args["day"]))
     elif topic == "prices" and s.rng.random() < 0.6:
-        known = s.rng.random() < 0.85
-        args["service"], said = s.service() if known else s.unknown_service()
-        text = s.pick(T.PRICE_ONE).format(service=said)
+        args["service"], said = _some_service(s)
+        asks = T.SERVICE_ASK if s.conversational and s.rng.random() < 0.3 else T.PRICE_ONE  # "do you do X?"
+        text = s.pick(asks).format(service=said)
     else:
         lists = {"hours": T.HOURS, "address": T.ADDRESS, "phone": T.PHONE, "services": T.SERVICES,
                  "prices": T.PRICE_ALL}
         text = s.pick(lists[topic])
     s.user(text, "info")
     s.call("business_info", args)
+    follow_ups(s, "business_info", args, "info")
+
+
+def _some_service(s: Script) -> tuple[str, str]:
+    """A service the business has (85%) or one it does not: (the name, how the caller says it)."""
+    return s.service() if s.rng.random() < 0.85 else s.unknown_service()
+
+
+def follow_ups(s: Script, tool: str, args: dict, intent: str) -> None:
+    """With conversational turns, now and then the caller asks the last question again about another service or
+    day ("and a blow dry?", "what about Saturday?"): the same call with that argument changed."""
+    key = "service" if "service" in args else "day" if "day" in args else None
+    if not s.conversational or key is None:
+        return
+    while s.rng.random() < 0.4:
+        for _ in range(10):
+            if key == "service":
+                value, said = _some_service(s)
+            else:
+                value = s.day(open_only=tool == "check_availability" and s.rng.random() < 0.9)
+                said = s.say_day(value)
+            if value != args[key]:
+                break
+        else:
+            return
+        args = {**args, key: value}
+        s.user(s.pick(T.FOLLOW_UP).format(thing=said), intent)
+        s.call(tool, args)
 
 
 def date_and_time(s: Script) -> None:

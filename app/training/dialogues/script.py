@@ -32,10 +32,11 @@ class Script:
     """Writes one dialogue; picks values and phrasings from its split only."""
 
     def __init__(self, profile: Profile, split: str, rng: random.Random, now: datetime, variants: bool = False,
-                 ask_by_call: bool = False):
+                 ask_by_call: bool = False, conversational: bool = False):
         self.profile, self.split, self.rng, self.now = profile, split, rng, now
         self.variants = variants and split == "train"  # app.training.dialogues.variants: more phrasings for training
         self.ask_by_call = ask_by_call  # the agent asks for a detail after a call that lacked it (ask)
+        self.conversational = conversational and split == "train"  # Style.conversational
         self.store = open_store(":memory:")
         self.toolbox = Toolbox(profile, self.store, now=lambda: now)
         self.dialogue = Dialogue(now=now, setup=[])
@@ -54,6 +55,14 @@ class Script:
             return first
         last = self.made_up_name() if made_up else self.pick(phrases.LAST_NAMES)
         return f"{first} {last}"
+
+    def said_name(self, name: str) -> str:
+        """How a caller answers with `name`: as it is, or with conversational turns now and then a part of it
+        first and then the whole ("Ana. Ana Ruiz.")."""
+        parts = name.split()
+        if self.conversational and len(parts) > 1 and self.rng.random() < 0.35:
+            return f"{self.rng.choice(parts)}. {name}"
+        return name
 
     def made_up_name(self) -> str:
         """A made-up name; with variants, never a capitalized word that is no name ("Hi", "No", "So":

@@ -94,6 +94,13 @@ SERVICES = ["What services do you offer?", "What do you do there?", "What can I 
 PRICE_ONE = ["How much is {service}?", "What do you charge for {service}?", "How much does {service} cost?",
              "What's the price of {service}?", "How much would {service} be?", "What does {service} cost?",
              "How much for {service}?", "What's the price for {service}?"]
+# "do you do X?" (not "do you have": that is how callers ask for free times)
+SERVICE_ASK = ["Do you do {service}?", "Do you offer {service}?", "Is {service} something you offer?",
+               "Do you guys do {service}?", "Is {service} something you do?", "Do you provide {service}?",
+               "Do you guys offer {service}?", "Does your place do {service}?"]
+# A follow-up that asks the last question again about another service or day ("and a blow dry?").
+FOLLOW_UP = ["And {thing}?", "What about {thing}?", "How about {thing}?", "Okay, and {thing}?",
+             "And what about {thing}?", "Okay. What about {thing}?", "And {thing}, please?", "Same for {thing}?"]
 PRICE_ALL = ["What are your prices?", "How much do you charge?", "Can you tell me your prices?",
              "What do your services cost?", "Do you have a price list?", "How expensive are you?",
              "What are the prices like?", "What do you charge?"]
@@ -104,6 +111,10 @@ TRANSFER = ["Can I talk to a real person?", "Let me speak to someone.", "I want 
             "Transfer me to a person, please.", "I'd rather talk to someone.", "Is there a person I can talk to?",
             "Get me a human please.", "Can I speak with the manager?", "Connect me to a real person."]
 
+COMPLIMENT = ["I just wanted to say my haircut last week was great.", "The stylist did an amazing job last time.",
+              "I love how my color turned out, thank you.", "You guys did a great job on my hair.",
+              "I just called to say thank you for the great service.", "My daughter loved her haircut.",
+              "Your place is the best, honestly.", "I got so many compliments on my hair."]
 GREETING = ["Hello.", "Hi.", "Hey there.", "Good morning.", "Hi there.", "Hello?", "Good afternoon.",
             "Hey.", "Good evening.", "Hi, hello.", "Hello, hi.", "Yes, hello."]
 HOW_ARE_YOU = ["How are you?", "How are you doing?", "How's it going?", "How are you today?",

@@ -139,6 +139,24 @@ PATTERNS: dict[str, list[str]] = {
         "I'd [like|prefer] to [talk|speak] to [a person|a human|someone real|the manager].",
         "I'd rather [talk|speak] to [a person|a human|someone real|the manager].",
         "[Is there|Is] [someone|anyone|a human|a real person] I [can|could] [talk|speak] to?",
+        "[I'd like|I want|I need] to [talk|speak] [to|with] [the manager|the owner|someone] about [a problem|a "
+        "complaint|my bill|a refund|a payment|my last visit].",
+        "[Can|Could] I [talk|speak] to someone about [a complaint|a refund|my bill|a payment|a problem]?",
+    ],
+    "SERVICE_ASK": [
+        "Do you [guys|] [do|offer|provide] {service}[ there| at all|]?",
+        "[Is|Would] {service} something you [do|offer]?",
+        "[Does|Do] [the salon|your place|you] [do|offer] {service} [by any chance|at all|]?",
+    ],
+    "FOLLOW_UP": [
+        "[And|Okay, and|Alright, and|Oh, and] [what about|how about|] {thing}?",
+        "[What about|How about] {thing} [then|too|]?",
+    ],
+    "COMPLIMENT": [
+        "[I just wanted to|I'm calling to|Just wanted to] say thank you for [my haircut|the great cut|"
+        "the service|last time].",
+        "[My|The] [haircut|color|cut|blow dry] [was|looked] [amazing|great|perfect|fantastic] [last time|last week|].",
+        "[You|Your stylists] [did|do] [a great|an amazing|a wonderful] job[ on my hair|].",
     ],
     "WHO_ARE_YOU": [
         "[Am I|Are you] [talking|speaking] to a [robot|machine|computer|bot]?",
