@@ -87,14 +87,21 @@ def test_a_new_business_is_answered_and_booked_from_its_profile_alone(brain):
     assert "Sam Lee" in turn.reply and "tune-up" in turn.reply
 
 
-@pytest.mark.xfail(strict=True, reason="known failure of the shipped adapter (docs/MODELS.md): a price "
-                   "question about a service the salon does not have gets check_availability without a day")
 def test_a_new_business_price_question_is_answered_from_its_profile(brain):
+    """Before the adapter's conversational stage, the bike shop's price question got check_availability."""
     agent = agent_for(brain, BIKE_SHOP)
     turn = agent.respond("how much do you charge for a tune-up?")
     assert [name for name, _ in calls(turn)] == ["business_info"]
     assert turn.tool_calls[0].result["price"] == "$65"  # the bike shop's price, from its profile
     assert "65" in turn.reply or "sixty-five" in turn.reply.lower()
+
+
+def test_a_follow_up_asks_the_last_question_about_another_service(brain):
+    agent = agent_for(brain)
+    agent.respond("how much is a blow dry?")
+    turn = agent.respond("what about hair coloring?")
+    assert calls(turn) == [("business_info", {"topic": "prices", "service": "hair coloring"})]
+    assert "$90" in turn.reply
 
 
 def test_a_name_given_before_the_request_is_booked_under_it(brain):
