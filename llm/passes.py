@@ -73,7 +73,6 @@ def _logits(model: Transformer, rows: torch.Tensor, mask_id: int) -> torch.Tenso
     return logits
 
 
-
 def forward(model: Transformer, work: list[tuple[Pass, slice]],
             mask_id: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """`passes`, then the head on each pass's `rows` of its hidden, all in one product: -> (hidden, logits) each."""

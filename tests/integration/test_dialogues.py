@@ -8,7 +8,7 @@ import pytest
 
 from app.training.dialogues.phrases import NOT_NAMES
 from app.agent.profile import load_profile
-from app.agent.protocol import TOOL_CALL_OPEN
+from app.agent.protocol import TOOL_CALL_OPEN, parse_tool_calls
 from app.agent.tools import parse_time
 from app.training.dialogues import cases, generate, phrases, templates, variants
 from app.training.dialogues.replies import facts
@@ -40,15 +40,13 @@ def _user_texts(dialogues):
     return {m["content"] for d in dialogues for m in d.messages if m["role"] == "user"}
 
 
+def _calls(messages) -> list[tuple[str, dict]]:
+    """The (name, arguments) of every tool call among `messages`, in order."""
+    return [call for m in messages if m["role"] == "assistant" for call in parse_tool_calls(m["content"])[0]]
+
+
 def _call_args(dialogues, key):
-    values = set()
-    for d in dialogues:
-        for m in d.messages:
-            if m["role"] == "assistant" and m["content"].startswith(TOOL_CALL_OPEN):
-                args = json.loads(m["content"][len(TOOL_CALL_OPEN):-len("</tool_call>")])["arguments"]
-                if key in args:
-                    values.add(args[key].split()[0])
-    return values
+    return {args[key].split()[0] for d in dialogues for _, args in _calls(d.messages) if key in args}
 
 
 def test_heldout_phrasings_and_names_are_unseen_in_training(train, heldout):
@@ -131,11 +129,9 @@ def test_refusals_of_every_kind_occur(train):
 
 def test_times_in_calls_are_24_hour_and_match_what_was_said(train):
     for d in train:
-        for m in d.messages:
-            if m["role"] == "assistant" and m["content"].startswith(TOOL_CALL_OPEN):
-                args = json.loads(m["content"][len(TOOL_CALL_OPEN):-len("</tool_call>")])["arguments"]
-                if "time" in args:
-                    assert re.fullmatch(r"\d\d:\d\d", args["time"])
+        for _, args in _calls(d.messages):
+            if "time" in args:
+                assert re.fullmatch(r"\d\d:\d\d", args["time"])
 
 
 def test_whisper_style_time_forms_normalize():
@@ -217,11 +213,6 @@ def test_the_adapt_recipes_dialogues_are_what_the_agent_writes_when_it_replays_t
     assert sum(sum(m["role"] == "user" for m in d.messages) >= 4 for d in dialogues) >= 10  # long calls too
 
 
-def _calls(messages):
-    return [json.loads(m["content"][len(TOOL_CALL_OPEN):-len("</tool_call>")])
-            for m in messages if m["role"] == "assistant" and m["content"].startswith(TOOL_CALL_OPEN)]
-
-
 def test_conversational_turns_go_on_from_the_last_one_in_training_only(profile):
     """With Style.conversational (the adapt recipe), a follow-up ("and a blow dry?") repeats the last call with
     one argument changed, a name said in part and then whole is booked whole, and compliments get their reply;
@@ -240,14 +231,14 @@ def test_conversational_turns_go_on_from_the_last_one_in_training_only(profile):
             text = d.messages[i]["content"]
             before, now = _calls(d.messages[users[k - 1]:i]), _calls(d.messages[i:i + 3])
             if follow_up.search(text) and d.intents[k] in ("info", "availability") and before and now \
-                    and now[0]["name"] == before[-1]["name"]:
-                args, last = now[0]["arguments"], before[-1]["arguments"]
+                    and now[0][0] == before[-1][0]:
+                (_, args), (_, last) = now[0], before[-1]
                 changed = {key for key in args if args[key] != last.get(key)}
                 assert len(changed) == 1 and changed <= {"service", "day"}, (text, last, args)
                 follow_ups += 1
             match = re.fullmatch(r"(?:.*\s)?([A-Z][a-z]+)\. ((?:[A-Z][a-z]+) (?:[A-Z][a-z]+))[.,].*", text)
-            if match and match.group(1) in match.group(2).split() and now and "name" in now[0]["arguments"]:
-                assert now[0]["arguments"]["name"] == match.group(2)
+            if match and match.group(1) in match.group(2).split() and now and "name" in now[0][1]:
+                assert now[0][1]["name"] == match.group(2)
                 twice += 1
         compliments += d.intents.count("compliment")
     assert follow_ups >= 10 and twice >= 3 and compliments >= 10

@@ -22,7 +22,7 @@ MAIN = {booking: 40, scenarios.availability: 14, scenarios.cancel: 10, scenarios
         scenarios.business_question: 14, scenarios.date_and_time: 3, scenarios.transfer: 3}
 MAIN_SMALL_TALK = {"who_are_you": 3, "out_of_scope": 5}
 # With conversational turns (Style.conversational), small talk that a front desk hears more of.
-MAIN_SMALL_TALK_CONVERSATIONAL = {"who_are_you": 3, "out_of_scope": 10, "compliment": 3}
+MAIN_SMALL_TALK_CONVERSATIONAL = {**MAIN_SMALL_TALK, "out_of_scope": 10, "compliment": 3}
 
 
 @dataclass(frozen=True)
