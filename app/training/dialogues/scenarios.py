@@ -3,9 +3,9 @@ import re
 from datetime import datetime, timedelta
 
 from app.agent.tools import TOPICS
-from app.training.dialogues import phrases
+from app.training.dialogues import businesses, phrases
 from app.training.dialogues import templates as T
-from app.training.dialogues.booking import fill_day, offered_time
+from app.training.dialogues.booking import booking, fill_day, offered_time
 from app.training.dialogues.replies import ASK_NAME_FOR_LOOKUP, SMALL_TALK
 from app.training.dialogues.script import Script
 
@@ -23,7 +23,8 @@ def availability(s: Script) -> None:
     if s.hours(day):
         fill_day(s, day, start or datetime.combine(s.date_of(day), s.hours(day)[0]), s.rng.randrange(0, 4))
     if start is not None and s.rng.random() < 0.4:
-        s.book_existing(s.name(), "haircut", start + timedelta(minutes=s.rng.choice((0, -15, 15))))
+        taken = start + timedelta(minutes=s.rng.choice((0, -15, 15)))
+        s.book_existing(s.name(), s.profile.services[0].name, taken)
     args = {"day": day}
     if start is not None:
         args["time"] = start.strftime("%H:%M")
@@ -117,7 +118,10 @@ def business_question(s: Script) -> None:
         text = s.pick(lists[topic])
     s.user(text, "info")
     s.call("business_info", args)
-    follow_ups(s, "business_info", args, "info")
+    args = follow_ups(s, "business_info", args, "info")
+    known = s.profile.service(args.get("service", ""))
+    if s.conversational and known and s.rng.random() < 0.5:  # then books what they asked about
+        booking(s, asked=known.name)
 
 
 def _some_service(s: Script) -> tuple[str, str]:
@@ -125,12 +129,13 @@ def _some_service(s: Script) -> tuple[str, str]:
     return s.service() if s.rng.random() < 0.85 else s.unknown_service()
 
 
-def follow_ups(s: Script, tool: str, args: dict, intent: str) -> None:
+def follow_ups(s: Script, tool: str, args: dict, intent: str) -> dict:
     """With conversational turns, now and then the caller asks the last question again about another service or
-    day ("and a blow dry?", "what about Saturday?"): the same call with that argument changed."""
+    day ("and a blow dry?", "what about Saturday?"): the same call with that argument changed. Returns the last
+    call's arguments."""
     key = "service" if "service" in args else "day" if "day" in args else None
     if not s.conversational or key is None:
-        return
+        return args
     while s.rng.random() < 0.4:
         for _ in range(10):
             if key == "service":
@@ -141,10 +146,11 @@ def follow_ups(s: Script, tool: str, args: dict, intent: str) -> None:
             if value != args[key]:
                 break
         else:
-            return
+            return args
         args = {**args, key: value}
         s.user(s.pick(T.FOLLOW_UP).format(thing=said), intent)
         s.call(tool, args)
+    return args
 
 
 def date_and_time(s: Script) -> None:
@@ -165,7 +171,10 @@ def goodbye(s: Script) -> None:
 def small_talk(s: Script, intent: str) -> None:
     """A small-talk turn; greetings and off-topic questions come from chatterbot-corpus half of the time."""
     pool = s.pick(_SMALL_TALK_LISTS[intent])
-    if intent == "out_of_scope" and s.rng.random() < 0.5:
+    if intent == "compliment" and s.kind:  # the templates' compliments are about hair
+        pool = s.rng.choice(businesses.COMPLIMENTS).format(
+            service=s.rng.choice(s.profile.services).name, worker=s.kind.worker, place=s.kind.place)
+    elif intent == "out_of_scope" and s.rng.random() < 0.5:
         lines = phrases.chatterbot_lines(OUT_OF_SCOPE_CATEGORIES, s.split)
         pool = _sentence_case(s.rng.choice(lines))
     elif intent in ("greeting", "how_are_you") and s.rng.random() < 0.3:

@@ -1,5 +1,6 @@
 """One dialogue being written: the real Toolbox on a private SQLite store, and the messages the Agent would keep."""
 import random
+import re
 from dataclasses import dataclass, field
 from datetime import date, datetime, time, timedelta
 
@@ -8,7 +9,7 @@ from app.agent.protocol import format_tool_call, tool_message
 from app.agent.said import lacking, missing_result
 from app.agent.store import open_store
 from app.agent.tools import Toolbox
-from app.training.dialogues import phrases, variants
+from app.training.dialogues import businesses, phrases, variants
 from app.training.dialogues.replies import reply_to
 
 Booking = tuple[str, str, datetime, int]  # name, service, local start, duration_min
@@ -26,20 +27,22 @@ class Dialogue:
     messages: list[dict] = field(default_factory=list)
     intents: list[str] = field(default_factory=list)               # one per user message
     snapshots: list[list[Booking]] = field(default_factory=list)   # the store before each user message
+    profile: Profile | None = None                                 # the business it was written for
 
 
 class Script:
     """Writes one dialogue; picks values and phrasings from its split only."""
 
     def __init__(self, profile: Profile, split: str, rng: random.Random, now: datetime, variants: bool = False,
-                 ask_by_call: bool = False, conversational: bool = False):
+                 ask_by_call: bool = False, conversational: bool = False, kind: businesses.Kind | None = None):
         self.profile, self.split, self.rng, self.now = profile, split, rng, now
+        self.kind = kind  # a made-up business of this kind (businesses.made_up_profile), or None
         self.variants = variants and split == "train"  # app.training.dialogues.variants: more phrasings for training
         self.ask_by_call = ask_by_call  # the agent asks for a detail after a call that lacked it (ask)
         self.conversational = conversational and split == "train"  # Style.conversational
         self.store = open_store(":memory:")
         self.toolbox = Toolbox(profile, self.store, now=lambda: now)
-        self.dialogue = Dialogue(now=now, setup=[])
+        self.dialogue = Dialogue(now=now, setup=[], profile=profile)
 
     # -- choices ---------------------------------------------------------------------------------------------
 
@@ -79,7 +82,8 @@ class Script:
         return s.name, self.with_article(word)
 
     def unknown_service(self) -> tuple[str, str]:
-        word = self.pick(phrases.UNKNOWN_SERVICES)
+        word = self.rng.choice(businesses.unknown_services(self.profile)) if self.kind else \
+            self.pick(phrases.UNKNOWN_SERVICES)
         return word, self.with_article(word)
 
     def with_article(self, word: str) -> str:
@@ -143,6 +147,8 @@ class Script:
         return True
 
     def user(self, text: str, intent: str) -> None:
+        if self.kind:  # the templates' salon and stylist are this business's place and staff
+            text = re.sub(r"\bsalon\b", self.kind.place, re.sub(r"\bstylist", self.kind.worker, text))
         snapshot = [(a.name, a.service, a.start, a.duration_min) for a in self.store.all()]
         self.dialogue.messages.append({"role": "user", "content": self.noisy(text, tail=intent not in _NO_TAIL)})
         self.dialogue.intents.append(intent)
