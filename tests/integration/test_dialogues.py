@@ -181,33 +181,39 @@ def test_evaluation_scores_a_perfect_and_a_wrong_agent(profile):
     assert never_calls["tool_call_exact_match"] == 0.0 and never_calls["no_call_accuracy"] == 1.0
 
 
-def test_the_adapt_recipes_dialogues_are_what_the_agent_writes_when_it_replays_them(profile):
-    """Train as you run: replayed through the real Agent (the embedded brain's options, real tools and store),
-    a model that writes the dialogue's assistant messages gets exactly the dialogue's history back, questions
-    for missing details included: the call that lacked them as the agent holds it, and what it was told."""
+def _replay(d, profile):
+    """`d` replayed through the real Agent and tools at `profile`'s business: the history it holds after."""
     from app.agent.loop import Agent
     from app.agent.options import AgentOptions
     from app.agent.store import open_store
     from app.agent.tools import Toolbox
-    from app.commands.adapt import DIALOGUES
     from tests.fakes import FakeEngine
+
+    written = iter(m["content"] for m in d.messages if m["role"] == "assistant")
+    store = open_store(":memory:")
+    options = AgentOptions(cache="block", block_length=1, tool_grammar=False, max_history_turns=0)
+    agent = Agent(FakeEngine(lambda m: next(written), block_words=1000), Toolbox(profile, store, now=lambda: d.now),
+                  "system", options)
+    for text, snapshot in zip((m["content"] for m in d.messages if m["role"] == "user"), d.snapshots):
+        # the bookings other callers made before this message (a later request's setup comes mid-call)
+        held = {(a.name, a.service, a.start, a.duration_min) for a in store.all()}
+        for booking in snapshot:
+            if booking not in held:
+                store.add(*booking)
+        agent.respond(text)
+    return agent.messages
+
+
+def test_the_adapt_recipes_dialogues_are_what_the_agent_writes_when_it_replays_them(profile):
+    """Train as you run: replayed through the real Agent (the embedded brain's options, real tools and store),
+    a model that writes the dialogue's assistant messages gets exactly the dialogue's history back, questions
+    for missing details included: the call that lacked them as the agent holds it, and what it was told."""
+    from app.commands.adapt import DIALOGUES
 
     dialogues = generate(profile, "train", 60, seed=4, style=DIALOGUES)
     asked = 0
     for d in dialogues:
-        written = iter(m["content"] for m in d.messages if m["role"] == "assistant")
-        store = open_store(":memory:")
-        toolbox = Toolbox(profile, store, now=lambda d=d: d.now)
-        options = AgentOptions(cache="block", block_length=1, tool_grammar=False, max_history_turns=0)
-        agent = Agent(FakeEngine(lambda m: next(written), block_words=1000), toolbox, "system", options)
-        for text, snapshot in zip((m["content"] for m in d.messages if m["role"] == "user"), d.snapshots):
-            # the bookings other callers made before this message (a later request's setup comes mid-call)
-            held = {(a.name, a.service, a.start, a.duration_min) for a in store.all()}
-            for name, service, start, duration in snapshot:
-                if (name, service, start, duration) not in held:
-                    store.add(name, service, start, duration)
-            agent.respond(text)
-        assert agent.messages == d.messages
+        assert _replay(d, profile) == d.messages
         asked += sum('"missing"' in m["content"] for m in d.messages if m["role"] == "tool")
     assert asked >= 20
     assert sum(sum(m["role"] == "user" for m in d.messages) >= 4 for d in dialogues) >= 10  # long calls too
@@ -245,3 +251,65 @@ def test_conversational_turns_go_on_from_the_last_one_in_training_only(profile):
     plain = Style(variants=True, ask_by_call=True, more_requests=0.4)
     assert [d.messages for d in generate(profile, "heldout", 80, seed=3, style=DIALOGUES)] == \
         [d.messages for d in generate(profile, "heldout", 80, seed=3, style=plain)]
+
+
+def test_other_businesses_are_made_up_per_dialogue_for_training_only(profile):
+    """With Style.other_businesses, a share of the training dialogues is written for a made-up business: its own
+    services in the calls, its own facts in the tools' results, its own name in the system prompt; the dialogues
+    replay through the real agent at that business. The held-out split stays the salon's."""
+    from dataclasses import replace
+
+    from app.agent.tools import SCHEMAS, compact_prompt
+    from app.commands.adapt import DIALOGUES
+    from app.training.dialogues import token_examples
+    from app.training.dialogues.businesses import made_up_profile
+    from llm import chat
+
+    style = replace(DIALOGUES, other_businesses=0.5)
+    dialogues = generate(profile, "train", 120, seed=6, style=style)
+    others = [d for d in dialogues if d.profile.name != profile.name]
+    assert 35 <= len(others) <= 85 and len({d.profile.name for d in others}) >= 20
+    booked = 0
+    for d in others:
+        for name, args in _calls(d.messages):
+            if name == "book_appointment" and "service" in args and d.profile.service(args["service"]):
+                assert profile.service(args["service"]) is None or args["service"] in ("beard trim", "kids haircut")
+                booked += 1
+    assert booked >= 10
+    for d in others[:15]:
+        assert _replay(d, d.profile) == d.messages
+    system = lambda p: compact_prompt(p, SCHEMAS)  # noqa: E731
+    examples = token_examples(others[:3], system, lambda text: list(text.encode()), "smollm",
+                              chat.END_OF_TURN["smollm"])
+    for d, example in zip(others[:3], examples):
+        assert compact_prompt(d.profile, SCHEMAS).encode() in bytes(example.ids)
+    assert made_up_profile(random.Random(1))[0] == made_up_profile(random.Random(1))[0]
+    assert [d.messages for d in generate(profile, "heldout", 40, seed=3, style=style)] == \
+        [d.messages for d in generate(profile, "heldout", 40, seed=3, style=DIALOGUES)]
+
+
+def test_a_price_question_is_now_and_then_followed_by_booking_it(profile):
+    """Conversational turns: after "how much is a blow dry?", "can I book it Friday at 2?" books the service asked
+    about, named or not (against the pull to repeat the last call)."""
+    from app.commands.adapt import DIALOGUES
+    dialogues = generate(profile, "train", 2000, seed=5, style=DIALOGUES)   # ~1 in 150 dialogues
+    names = [name for service in profile.services for name in [service.name, *service.aliases]]
+    unnamed = 0
+    for d in dialogues:
+        users = [i for i, m in enumerate(d.messages) if m["role"] == "user"]
+        for k, i in enumerate(users[1:], 1):
+            before = _calls(d.messages[users[k - 1]:i])
+            if not (before and before[-1][0] == "business_info" and "service" in before[-1][1]
+                    and profile.service(before[-1][1]["service"])):
+                continue
+            end = next((j for j in range(i, len(d.messages)) if d.messages[j]["role"] == "assistant"
+                        and _calls([d.messages[j]])), None)
+            if end is None or _calls([d.messages[end]])[0][0] != "book_appointment":
+                continue
+            said = " ".join(m["content"].lower() for m in d.messages[i:end] if m["role"] == "user")
+            call = _calls([d.messages[end]])[0][1]
+            if any(name in said for name in names) or "service" not in call:
+                continue   # a booking that names its service (maybe another scenario's), or leaves it to be asked
+            assert call["service"] == profile.service(before[-1][1]["service"]).name, said
+            unnamed += 1
+    assert unnamed >= 5
