@@ -11,8 +11,8 @@ import threading
 
 from app.agent import schema_grammar
 from app.agent.options import AgentOptions
-from app.agent.protocol import (TOOL_CALL_OPEN, ToolCall, TurnResult, format_tool_call, parse_tool_calls,
-                                retract_last_user_turn, tool_message)
+from app.agent.protocol import (TOOL_CALL_OPEN, ToolCall, TurnResult, forget_message, format_tool_call,
+                                parse_tool_calls, retract_last_user_turn, tool_message)
 from app.agent.said import held, missing_result, settle
 from app.agent.speech_filter import SpeechFilter
 
@@ -184,6 +184,15 @@ class Agent:
         words will be heard again with what follows). False, and it stays, if it ran a tool."""
         with self._lock:
             return retract_last_user_turn(self.messages)
+
+    def forget(self, role: str, content: str = "", call_id: str | None = None) -> bool:
+        """A message the client deleted (app.api.realtime) leaves the history; the prompt's window stays where
+        it was."""
+        with self._lock:
+            where = forget_message(self.messages, role, content)
+            if where is not None and where < self._first:
+                self._first -= 1
+            return where is not None
 
     def truncate_last_reply(self, heard_text: str) -> None:
         """Barge-in: the last assistant reply becomes only what the user heard (dropped if nothing was)."""

@@ -76,3 +76,13 @@ def retract_last_user_turn(messages: list[dict]) -> bool:
         return False
     del messages[last:]
     return True
+
+
+def forget_message(messages: list[dict], role: str, content: str) -> int | None:
+    """Delete the last message of `role` that says `content` (a client deleted it from its conversation);
+    returns where it was, or None if no message says that."""
+    for i in range(len(messages) - 1, -1, -1):
+        if messages[i]["role"] == role and (messages[i].get("content") or "").strip() == content.strip():
+            del messages[i]
+            return i
+    return None

@@ -4,7 +4,8 @@ Two models are listed. The loaded language model under its directory's name (e.g
 next assistant message of the conversation it is given; the caller's `tools` are the caller's to run: a call comes
 back as `tool_calls` (its arguments held to the tool's JSON schema by the reply grammar, app.agent.schema_grammar, when
 the model decodes left to right) and the caller sends the result as a `tool` message. `parley-agent` is Parley's
-own front desk: the conversation's last user message is answered with Parley's tools, run here.
+own front desk: the conversation's last user message is answered with Parley's tools, run here. A `developer` message
+(OpenAI's newer name for the system message) is read as a system message.
 
 Differences from OpenAI's API: decoding is greedy (`temperature` and `top_p` are accepted and do not change the
 reply), one choice (`n` 1), no logprobs; a stream sends the reply's text as the model settles it, and a tool
@@ -33,7 +34,7 @@ router = APIRouter(prefix="/v1")
 AGENT_MODEL = "parley-agent"
 MAX_BODY_BYTES = 1 << 20
 MAX_WAITING = 4                  # requests queued for the model beyond which a new one gets 429
-ROLES = ("system", "user", "assistant", "tool")
+ROLES = ("system", "developer", "user", "assistant", "tool")   # developer: OpenAI's newer name for system
 _TOOL_INSTRUCTION = 'To call a tool, write only: <tool_call>{"name": ..., "arguments": {...}}</tool_call>'
 
 
@@ -55,12 +56,24 @@ def model_id(settings) -> str:
     return path.stem if path.suffix == ".gguf" else path.name
 
 
+def _models(settings) -> dict[str, dict]:
+    created = int(time.time())
+    return {i: {"id": i, "object": "model", "created": created, "owned_by": "parley"}
+            for i in (model_id(settings), AGENT_MODEL)}
+
+
 @router.get("/models")
 async def list_models(request: Request) -> dict:
-    created = int(time.time())
-    ids = [model_id(request.app.state.settings), AGENT_MODEL]
-    return {"object": "list", "data": [{"id": i, "object": "model", "created": created, "owned_by": "parley"}
-                                       for i in ids]}
+    return {"object": "list", "data": list(_models(request.app.state.settings).values())}
+
+
+@router.get("/models/{model:path}")
+async def retrieve_model(model: str, request: Request):
+    models = _models(request.app.state.settings)
+    if model not in models:
+        return ApiError(404, f"The model '{model}' does not exist; this server has {', '.join(models)}",
+                        param="model", code="model_not_found").response()
+    return models[model]
 
 
 @router.post("/chat/completions")
@@ -333,7 +346,7 @@ def conversation_messages(messages: list[dict], tools: list[dict]) -> list[dict]
                 result = content
             out.append(tool_message(name, result))
         else:
-            out.append({"role": m["role"], "content": content})
+            out.append({"role": "system" if m["role"] == "developer" else m["role"], "content": content})
     if tools:
         described = "\n".join(f"{t['name']}({', '.join(t['parameters'].get('properties', {}))}): {t['description']}"
                               for t in tools)

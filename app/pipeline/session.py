@@ -36,6 +36,9 @@ class SessionOptions:
     # stream time between partial transcripts while the user speaks (the page's live caption); None: none, where
     # nobody would see them (a phone call without an event hook, the Realtime API): each is a Whisper run
     partial_interval_ms: int | None = 700
+    speak: bool = True                # the reply is spoken; False: its text only (reply events), no audio
+    answer_turns: bool = True         # a turn the detector ends is answered; False: transcribed only, the transport
+                                      # answers when it chooses (respond_to)
     # Draft the turn (ASR, the LLM's first answer, the first clause's audio) once the user has been silent this
     # long; if the endpoint comes with no new speech, the reply starts from the draft. None = off.
     # Must be >= VadConfig.tail_ms, so the drafted audio is exactly the audio the endpoint hands over.
@@ -284,6 +287,10 @@ class Session(Drafting):
                 return
             trace.transcript = text
             await self._emit({"type": "transcript", "text": text, "final": True})
+            if not self.options.answer_turns:
+                if draft is not None:
+                    draft.drop()   # its drafted answer is not wanted: the transport answers when it chooses
+                return
             first = await self._drafted_generation(draft, trace) if draft is not None else None
             await self._answer(text, trace, cancel, first)
         except Exception as exc:
@@ -349,7 +356,7 @@ class Session(Drafting):
         self._preparing = [(job, stop) for job, stop in self._preparing if not job.done()]
 
     async def _speak(self, clause: str, trace: TurnTrace, cancel: threading.Event) -> None:
-        if cancel.is_set() or not clause.strip():
+        if cancel.is_set() or not clause.strip() or not self.options.speak:
             return
         tts = self.services.tts
         ready, self._ready_clause = self._ready_clause, None

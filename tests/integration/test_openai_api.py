@@ -23,6 +23,10 @@ def api(brain):
 def test_models_are_the_loaded_model_and_the_front_desk(api):
     client, _ = api
     assert {m.id for m in client.models.list()} == {"parley-smollm2", "parley-agent"}
+    assert client.models.retrieve("parley-agent").id == "parley-agent"
+    with pytest.raises(openai.NotFoundError) as missing:
+        client.models.retrieve("gpt-4o")
+    assert missing.value.body["code"] == "model_not_found"
 
 
 def test_a_completion_and_the_same_completion_streamed(api):
@@ -40,6 +44,9 @@ def test_a_completion_and_the_same_completion_streamed(api):
     assert streamed.strip() == answer                      # greedy: the same reply, in pieces
     assert sum(1 for c in chunks if c.choices and c.choices[0].delta.content) >= 2
     assert chunks[-1].usage.completion_tokens == completion.usage.completion_tokens
+    # newer clients send the system message as role "developer": the same prompt, the same reply
+    as_developer = [dict(request["messages"][0], role="developer"), request["messages"][1]]
+    assert client.chat.completions.create(**dict(request, messages=as_developer)).choices[0].message.content == answer
 
 
 def test_a_tool_call_round_trip(api):

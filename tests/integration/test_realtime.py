@@ -142,6 +142,117 @@ def test_the_loaded_model_calls_the_clients_tool_and_speaks_its_output(server):
     assert [e for e in answered if e.type == "response.output_audio.delta"]
 
 
+def user_text(text: str) -> dict:
+    return {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}
+
+
+def test_text_only_responses_and_a_responses_own_settings(server):
+    bakery = "You answer calls for Bella's Bakery, 12 Oak Street. Open 7 AM to 3 PM."
+    dentist = "You answer calls for Hill Dental, 48 Elm Road. Open 8 AM to 5 PM."
+
+    async def ask(session: dict, response: dict | None):
+        async with connect(server, "parley-smollm2") as connection:
+            await events_until(connection, "session.created")
+            await connection.session.update(session=dict(session, type="realtime"))
+            updated = await events_until(connection, "session.updated")
+            await connection.conversation.item.create(item=user_text("Where are you located?"))
+            await connection.response.create(**({"response": response} if response else {}))
+            seen: list = []
+            await events_until(connection, "response.done", seen)
+            return updated, seen
+
+    updated, written = asyncio.run(ask({"output_modalities": ["text"], "instructions": bakery}, None))
+    assert updated.session.output_modalities == ["text"]
+    kinds = [e.type for e in written]
+    assert "response.output_audio.delta" not in kinds and "response.output_audio_transcript.delta" not in kinds
+    text = next(e for e in written if e.type == "response.output_text.done").text
+    assert "".join(e.delta for e in written if e.type == "response.output_text.delta") == text
+    assert "12 Oak Street" in text, text
+    response = written[-1].response
+    assert response.status == "completed" and response.output_modalities == ["text"]
+    assert response.output[0].content[0].type == "output_text" and response.output[0].content[0].text == text
+
+    # a response of its own: spoken, under its own instructions, in a session set for text and the bakery
+    _, spoken = asyncio.run(ask({"output_modalities": ["text"], "instructions": bakery},
+                                {"output_modalities": ["audio"], "instructions": dentist, "metadata": {"n": "1"}}))
+    transcript = next(e for e in spoken if e.type == "response.output_audio_transcript.done").transcript
+    assert "48 Elm Road" in transcript, transcript
+    assert [e for e in spoken if e.type == "response.output_audio.delta"]
+    assert spoken[-1].response.output_modalities == ["audio"] and spoken[-1].response.metadata == {"n": "1"}
+
+
+def test_items_are_retrieved_and_deleted_and_the_model_forgets_them(server):
+    """A deleted item leaves what the model reads: with the question and its answer deleted, asking again is the
+    same prompt (the same input tokens) and the same reply as the first time."""
+    async def call():
+        async with connect(server, "parley-smollm2") as connection:
+            await events_until(connection, "session.created")
+            await connection.session.update(session={
+                "type": "realtime", "output_modalities": ["text"],
+                "instructions": "You answer calls for Bella's Bakery, 12 Oak Street. Open 7 AM to 3 PM."})
+            await events_until(connection, "session.updated")
+            await connection.conversation.item.create(item=user_text("My name is Ana and my order is late."))
+            aside = (await events_until(connection, "conversation.item.added")).item
+            await connection.conversation.item.retrieve(item_id=aside.id)
+            retrieved = await events_until(connection, "conversation.item.retrieved")
+            await connection.conversation.item.delete(item_id=aside.id)
+            deleted = await events_until(connection, "conversation.item.deleted")
+            await connection.conversation.item.retrieve(item_id=aside.id)
+            gone = await events_until(connection, "error")
+            answers = []
+            for _ in range(2):
+                await connection.conversation.item.create(item=user_text("Where are you located?"))
+                question = (await events_until(connection, "conversation.item.added")).item
+                await connection.response.create()
+                answers.append(await events_until(connection, "response.done"))
+                for item_id in (question.id, answers[-1].response.output[0].id):
+                    await connection.conversation.item.delete(item_id=item_id)
+                    await events_until(connection, "conversation.item.deleted")
+            return retrieved, deleted, gone, answers
+
+    retrieved, deleted, gone, answers = asyncio.run(call())
+    assert retrieved.item.content[0].text == "My name is Ana and my order is late."
+    assert deleted.item_id == retrieved.item.id and gone.error.code == "item_not_found"
+    first, second = (a.response for a in answers)
+    assert first.usage.input_tokens == second.usage.input_tokens
+    reply = first.output[0].content[0].text
+    assert second.output[0].content[0].text == reply and "12 Oak Street" in reply, reply
+
+
+def test_turns_wait_for_response_create_and_audio_items_are_transcribed(server, voice):
+    async def call():
+        async with connect(server, "parley-agent") as connection:
+            await events_until(connection, "session.created")
+            await connection.session.update(session={"type": "realtime", "audio": {"input": {"turn_detection": {
+                "type": "server_vad", "create_response": False}}}})
+            updated = await events_until(connection, "session.updated")
+            await say(connection, np.concatenate([voice("What time do you open on Saturday?", 24_000),
+                                                  silence(1500)]))
+            heard: list = []
+            await events_until(connection, "conversation.item.input_audio_transcription.completed", heard)
+            with pytest.raises(asyncio.TimeoutError):    # the turn is not answered until the client asks
+                await events_until(connection, "response.created", heard, timeout_s=2)
+            await connection.response.create()
+            saturday: list = []
+            await events_until(connection, "response.done", saturday)
+            # a recorded question sent as an item of its own
+            question = voice("What is your phone number?", 24_000).astype("<i2").tobytes()
+            await connection.conversation.item.create(item={"type": "message", "role": "user", "content": [
+                {"type": "input_audio", "audio": base64.b64encode(question).decode()}]})
+            await connection.response.create()
+            phone: list = []
+            await events_until(connection, "response.done", phone)
+            return updated, heard, saturday, phone
+
+    updated, heard, saturday, phone = asyncio.run(call())
+    assert updated.session.audio.input.turn_detection.create_response is False
+    assert "saturday" in next(e for e in heard if e.type.endswith("transcription.completed")).transcript.lower()
+    assert "9" in next(e for e in saturday if e.type == "response.output_audio_transcript.done").transcript
+    transcribed = next(e for e in phone if e.type == "conversation.item.input_audio_transcription.completed")
+    assert "phone" in transcribed.transcript.lower()
+    assert "555" in next(e for e in phone if e.type == "response.output_audio_transcript.done").transcript
+
+
 def test_mulaw_audio_committed_by_hand(server, voice):
     async def call():
         async with connect(server, "parley-agent") as connection:
@@ -180,11 +291,15 @@ def test_bad_events_get_error_events_and_the_session_goes_on(server):
                           {"type": "input_audio_buffer.append", "audio": base64.b64encode(b"\x01\x02\x03").decode()},
                           {"type": "session.update", "session": {"audio": {"input": {"format": {"type": "audio/opus"}}}}},
                           {"type": "session.update", "session": {"tools": [WEATHER]}},
-                          {"type": "session.update", "session": {"output_modalities": ["text"]}},
+                          {"type": "session.update", "session": {"output_modalities": ["video"]}},
                           {"type": "response.cancel"},
                           {"type": "response.create"},
                           {"type": "conversation.item.truncate", "item_id": "item_x", "content_index": 0,
-                           "audio_end_ms": 10}):
+                           "audio_end_ms": 10},
+                          {"type": "conversation.item.delete", "item_id": "item_x"},
+                          {"type": "conversation.item.create", "item": {"type": "message", "role": "user", "content": [
+                              {"type": "input_audio", "audio": "not base64!"}]}},
+                          {"type": "response.create", "response": {"conversation": "none"}}):
                 await connection.send(dict(event, event_id=f"mine_{len(errors)}"))
                 errors.append(await events_until(connection, "error"))
             await connection._connection.send("{not json")
@@ -195,9 +310,10 @@ def test_bad_events_get_error_events_and_the_session_goes_on(server):
 
     errors, updated = asyncio.run(call())
     codes = [e.error.code for e in errors]
-    assert codes == ["invalid_event", "invalid_base64", "invalid_audio", "unsupported", "unsupported", "unsupported",
-                     "response_cancel_not_active", "no_user_input", "item_not_found", "invalid_json"]
-    assert [e.error.event_id for e in errors[:9]] == [f"mine_{i}" for i in range(9)]
+    assert codes == ["invalid_event", "invalid_base64", "invalid_audio", "unsupported", "unsupported", "invalid_value",
+                     "response_cancel_not_active", "no_user_input", "item_not_found", "item_not_found",
+                     "invalid_base64", "unsupported", "invalid_json"]
+    assert [e.error.event_id for e in errors[:12]] == [f"mine_{i}" for i in range(12)]
     assert all(e.error.message for e in errors)
     assert updated.session.instructions == "Be brief."
 

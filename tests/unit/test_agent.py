@@ -89,6 +89,34 @@ def test_cancel_stops_generation_and_truncation_keeps_what_was_heard():
     assert agent.messages[-1]["role"] == "user"
 
 
+def test_a_forgotten_message_leaves_the_history_and_the_window_keeps_its_place():
+    agent = Agent(FakeEngine(lambda m: f"answer {len(m)}"), FakeToolbox(), "S")
+    for i in range(3):
+        agent.respond(f"turn {i}")
+    agent._first = 2                                       # as if the window had moved past the first turn
+    first_kept = agent.messages[2]
+    assert agent.forget("user", " turn 0 ") and not agent.forget("user", "turn 0")
+    assert agent.messages[agent._first] is first_kept      # the same turns in the prompt as before
+    assert agent.forget("assistant", agent.messages[-1]["content"])
+    assert [m["content"] for m in agent.messages if m["role"] == "user"] == ["turn 1", "turn 2"]
+    assert agent.messages[-1] == {"role": "user", "content": "turn 2"}
+
+
+def test_a_deleted_call_takes_its_output_with_it():
+    from app.api.realtime.config import Config
+    from app.api.realtime.conversation import ClientConversation
+
+    history = ClientConversation(None, Config("sess", "m"), on_call=None)
+    call = {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}
+    for message in ({"role": "user", "content": "weather?"}, {"role": "assistant", "content": "", "tool_calls": [call]},
+                    {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
+                    {"role": "assistant", "content": "It is sunny."}):
+        history.add(message)
+    assert history.forget("function_call", call_id="call_1") and not history.forget("function_call", call_id="call_1")
+    assert [m["role"] for m in history.messages] == ["user", "assistant"]
+    assert history.forget("assistant", "It is sunny.") and history.messages == [{"role": "user", "content": "weather?"}]
+
+
 def test_prompt_keeps_the_last_user_turns_only():
     agent = Agent(FakeEngine(lambda m: "ok"), FakeToolbox(), "S", AgentOptions(max_history_turns=2))
     for i in range(4):

@@ -10,10 +10,16 @@ profile. `?model=<the loaded model>` (e.g. parley-smollm2) writes the conversati
 session's `instructions`, and calls the client's `tools`: a call comes back as a `function_call` item for the
 client to run, which sends its `function_call_output` and a `response.create`.
 
-Not supported (each gets an `error` event, and the session goes on): text-only output, `create_response: false`,
-audio content in `conversation.item.create`, item deletion and retrieval. Accepted and not used: `voice` (the
-bundled voice speaks), the VAD's tuning (Parley's own end of turn decides), `transcription` settings (the input
-is always transcribed, with the bundled Whisper).
+The reply is spoken (`output_modalities` ["audio"], with its transcript) or, for a session or one `response.create`
+that asks for ["text"], written only: `response.output_text` events and no speech. A `response.create` may set its
+own `instructions`, `tools`, `tool_choice`, `max_output_tokens` and `output_modalities` for that response alone.
+With server VAD and `create_response: false` a turn is transcribed and waits for the client's `response.create`.
+A user message may carry recorded audio (`input_audio`): it is transcribed like a turn. Deleted items leave the
+model's history too.
+
+Not supported (each gets an `error` event, and the session goes on): out-of-band responses (`conversation: "none"`
+or a response's own `input`). Accepted and not used: `voice` (the bundled voice speaks), the VAD's tuning (Parley's
+own end of turn decides), `transcription` settings (the input is always transcribed, with the bundled Whisper).
 """
 
 from app.api.realtime.call import router

@@ -17,7 +17,7 @@ from app.api.realtime.conversation import ClientConversation
 from app.api.realtime.events import Conversation, new_id
 from app.pipeline.session import Session, SessionOptions
 from app.transports.base import PacingClock, SocketCall, no_room, refuse_handshake
-from speech.audio import SAMPLE_RATE_HZ, alaw_to_pcm, mulaw_to_pcm, pcm_to_alaw, pcm_to_mulaw
+from speech.audio import SAMPLE_RATE_HZ, alaw_to_pcm, mulaw_to_pcm, pcm_to_alaw, pcm_to_mulaw, resample
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +73,7 @@ class RealtimeCall(SocketCall):
                                on_control=self._on_control, observer=metrics.observer(self.TRANSPORT), agent=agent,
                                options=SessionOptions(partial_interval_ms=None))
         self.session.on_speech = self._on_speech
-        self._pending: list[asyncio.Future] = []          # user text not answered yet (typed, or committed audio)
+        self._pending: dict[str, asyncio.Future] = {}     # user items not answered yet: their text, by item id
         self._buffer: list[np.ndarray] = []               # committed-by-hand audio, 16 kHz (turn_detection null)
         self._speech_item: str | None = None              # the user item the turn detector is hearing
         self._committed_item: str | None = None           # the one it ended last, until its transcript comes
@@ -124,19 +124,16 @@ class RealtimeCall(SocketCall):
             setattr(self.config, key, value)
         if "input_format" in changes or "output_format" in changes:
             self._set_formats()
-        if "interrupt_response" in changes:
-            self.session.options = replace(self.session.options, barge_in=self.config.interrupt_response)
+        if "interrupt_response" in changes or "create_response" in changes:
+            self.session.options = replace(self.session.options, barge_in=self.config.interrupt_response,
+                                           answer_turns=self.config.create_response)
         self.conversation.send({"type": "session.updated", "session": self.config.describe()})
 
     async def _append(self, event: dict) -> None:
         audio = event.get("audio")
         if not isinstance(audio, str):
             raise EventError("'audio' must be a base64 string", param="audio")
-        try:
-            data = base64.b64decode(audio, validate=True)
-        except (binascii.Error, ValueError):
-            raise EventError("'audio' is not valid base64", code="invalid_base64", param="audio") from None
-        samples = self._decode(data)
+        samples = self._in.resample_chunk(self._decode(_base64(audio, "audio")))
         if self.config.server_vad:
             self.session.push_audio(samples)
         else:
@@ -153,9 +150,13 @@ class RealtimeCall(SocketCall):
         self._buffer = []
         item_id = new_id("item")
         self.conversation.commit_audio(item_id)
-        loop = asyncio.get_running_loop()
-        transcript = loop.run_in_executor(self.services.asr_pool, self.services.asr.transcribe, audio)
-        self._pending.append(transcript)
+        self._transcribe(item_id, audio)
+
+    def _transcribe(self, item_id: str, audio: np.ndarray) -> None:
+        """The user item's audio (16 kHz) is transcribed; its text answered by the next response."""
+        transcript = asyncio.get_running_loop().run_in_executor(self.services.asr_pool, self.services.asr.transcribe,
+                                                                 audio)
+        self._pending[item_id] = transcript
         transcript.add_done_callback(lambda f: f.exception() is None
                                      and self.conversation.transcribed(item_id, f.result()))
 
@@ -169,10 +170,17 @@ class RealtimeCall(SocketCall):
             raise EventError("'item' must be an object", param="item")
         kind, role = item.get("type", "message"), item.get("role")
         item = dict(item, id=item.get("id") or new_id("item"), object="realtime.item", status="completed")
+        if item["id"] in self.conversation.items:
+            raise EventError(f"the conversation already has an item {item['id']!r}", param="item.id")
+        if kind == "message" and role == "user" and (audio := self._item_audio(item)) is not None:
+            item["content"] = [{"type": "input_audio", "transcript": None}]   # its text follows, transcribed
+            self.conversation.add_item(item, event.get("previous_item_id"), done=False)
+            self._transcribe(item["id"], audio)
+            return
         if kind == "message" and role in ("user", "system", "assistant"):
             text = _item_text(item)
             if role == "user":
-                self._pending.append(_done(text))
+                self._pending[item["id"]] = _done(text)
             elif self.agent_model and role == "system":
                 raise EventError(f"'{AGENT_MODEL}' takes its instructions from its business profile",
                                  code="unsupported", param="item.role")
@@ -193,14 +201,25 @@ class RealtimeCall(SocketCall):
         if self.conversation.response is not None:
             raise EventError(f"response {self.conversation.response.id} is still in progress",
                              code="conversation_already_has_active_response")
-        pending, self._pending = self._pending, []
-        texts = [text for text in await asyncio.gather(*pending, return_exceptions=True) if isinstance(text, str)]
+        config = self.config.for_response(event.get("response"), self.agent_model)
+        metadata = (event.get("response") or {}).get("metadata")
+        pending, self._pending = self._pending, {}
+        texts = [text for text in await asyncio.gather(*pending.values(), return_exceptions=True)
+                 if isinstance(text, str)]
         text = " ".join(t.strip() for t in texts if t.strip()) or None
         if text is None and self.agent_model:
             raise EventError(f"'{AGENT_MODEL}' answers what the user said: nothing new was said",
                              code="no_user_input")
-        self.conversation.begin_response()
+        self._begin_response(config, metadata)
         await self.session.respond_to(text)
+
+    def _begin_response(self, config: Config, metadata: dict | None = None) -> None:
+        """A response under `config` (the session's, or a response.create's own): the model's settings, and
+        whether it speaks."""
+        if not self.agent_model:
+            self.session.agent.config = config
+        self.session.options = replace(self.session.options, speak="audio" in config.modalities)
+        self.conversation.begin_response(config.modalities, metadata if isinstance(metadata, dict) else None)
 
     async def _response_cancel(self, event: dict) -> None:
         if self.conversation.response is None:
@@ -212,7 +231,7 @@ class RealtimeCall(SocketCall):
         conversation = self.conversation
         item = conversation.items.get(event.get("item_id"))
         end_ms = event.get("audio_end_ms")
-        if item is None or item.get("role") != "assistant":
+        if item is None or item.get("role") != "assistant" or item["content"][0].get("type") != "output_audio":
             raise EventError(f"no assistant audio item {event.get('item_id')!r} in this conversation",
                              code="item_not_found", param="item_id")
         if not isinstance(end_ms, int) or isinstance(end_ms, bool) or end_ms < 0:
@@ -231,9 +250,32 @@ class RealtimeCall(SocketCall):
             self.session.agent.truncate_last_reply(heard)
         conversation.truncated(item, heard, end_ms, event.get("content_index", 0))
 
+    async def _item_retrieve(self, event: dict) -> None:
+        self.conversation.retrieved(self._item(event))
+
+    async def _item_delete(self, event: dict) -> None:
+        """The item leaves the conversation and what the model reads (a call with its output); one the next
+        response would answer is not answered."""
+        item = self._item(event)
+        if self.conversation.response is not None and item in self.conversation.response.output:
+            raise EventError(f"item {item['id']!r} belongs to response {self.conversation.response.id}, still in "
+                             "progress", code="item_in_progress", param="item_id")
+        pending = self._pending.pop(item["id"], None)
+        if pending is None:
+            self.session.agent.forget(**_history_of(item))
+        self.conversation.delete(item)
+
+    def _item(self, event: dict) -> dict:
+        item = self.conversation.items.get(event.get("item_id"))
+        if item is None:
+            raise EventError(f"no item {event.get('item_id')!r} in this conversation", code="item_not_found",
+                             param="item_id")
+        return item
+
     HANDLERS = {"session.update": _session_update, "input_audio_buffer.append": _append,
                 "input_audio_buffer.commit": _commit, "input_audio_buffer.clear": _clear,
                 "conversation.item.create": _item_create, "conversation.item.truncate": _truncate,
+                "conversation.item.retrieve": _item_retrieve, "conversation.item.delete": _item_delete,
                 "response.create": _response_create, "response.cancel": _response_cancel}
 
     # --- the session's side ----------------------------------------------------------------------------------------
@@ -256,11 +298,13 @@ class RealtimeCall(SocketCall):
     async def _on_session_event(self, event: dict) -> None:
         conversation, kind = self.conversation, event.get("type")
         if kind == "transcript" and event.get("final"):
-            if self._committed_item is not None:      # a turn the detector ended: answered now
+            if self._committed_item is not None:      # a turn the detector ended: answered now, or when asked
                 conversation.transcribed(self._committed_item, event["text"])
+                if not self.config.create_response:
+                    self._pending[self._committed_item] = _done(event["text"])
+                elif conversation.response is None:
+                    self._begin_response(self.config)
                 self._committed_item = None
-                if conversation.response is None:
-                    conversation.begin_response()
         elif kind == "reply" and conversation.response is not None:
             conversation.transcript_delta(event["text"])
             if event.get("final"):
@@ -306,15 +350,29 @@ class RealtimeCall(SocketCall):
         self._in = soxr.ResampleStream(RATES[self.config.input_format], SAMPLE_RATE_HZ, 1, dtype="int16")
         self.session.playback.sample_rate_hz = RATES[self.config.output_format]   # replies are synthesized at it
 
-    def _decode(self, data: bytes) -> np.ndarray:
+    def _decode(self, data: bytes, param: str = "audio") -> np.ndarray:
+        """Audio in the input format, at its rate."""
         kind = self.config.input_format
         if kind == "audio/pcm":
             if len(data) % 2:
-                raise EventError("audio/pcm is 16-bit: an odd number of bytes", code="invalid_audio", param="audio")
-            samples = np.frombuffer(data, dtype="<i2").astype(np.int16)
-        else:
-            samples = mulaw_to_pcm(data) if kind == "audio/pcmu" else alaw_to_pcm(data)
-        return self._in.resample_chunk(samples)
+                raise EventError("audio/pcm is 16-bit: an odd number of bytes", code="invalid_audio", param=param)
+            return np.frombuffer(data, dtype="<i2").astype(np.int16)
+        return mulaw_to_pcm(data) if kind == "audio/pcmu" else alaw_to_pcm(data)
+
+    def _item_audio(self, item: dict) -> np.ndarray | None:
+        """A user message's `input_audio` content at 16 kHz, or None for a message of text."""
+        content = item.get("content")
+        if not isinstance(content, list) or not any(isinstance(p, dict) and p.get("type") == "input_audio"
+                                                    for p in content):
+            return None
+        if len(content) != 1 or not isinstance(content[0].get("audio"), str):
+            raise EventError("a message with audio has one input_audio part, its 'audio' base64 in the session's "
+                             "input format", code="unsupported", param="item.content")
+        samples = self._decode(_base64(content[0]["audio"], "item.content[0].audio"), "item.content[0].audio")
+        if len(samples) < RATES[self.config.input_format] * MIN_COMMIT_MS // 1000:
+            raise EventError(f"the message's audio is under {MIN_COMMIT_MS} ms", code="invalid_audio",
+                             param="item.content[0].audio")
+        return resample(samples, RATES[self.config.input_format], SAMPLE_RATE_HZ)
 
     def _encode(self, samples: np.ndarray) -> bytes:
         kind = self.config.output_format
@@ -339,10 +397,27 @@ def _item_text(item: dict) -> str:
              and part.get("type") in ("input_text", "text", "output_text")]
     if not content or not isinstance(content, list) or len(texts) != len(content) or \
             not all(isinstance(t, str) for t in texts):
-        raise EventError("a message's content is a list of text parts (input_text / output_text); audio content "
-                         "is not supported here: append it to the input audio buffer", code="unsupported",
-                         param="item.content")
+        raise EventError("a message's content is a list of text parts (input_text / output_text), or a user "
+                         "message's one input_audio part", code="unsupported", param="item.content")
     return "".join(texts)
+
+
+def _base64(text: str, param: str) -> bytes:
+    try:
+        return base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        raise EventError(f"'{param}' is not valid base64", code="invalid_base64", param=param) from None
+
+
+def _history_of(item: dict) -> dict:
+    """What an item is in the model's history (the agent's `forget`): a call or its output by call id, a message
+    by its role and text."""
+    if item.get("type") == "function_call":
+        return {"role": "function_call", "call_id": item.get("call_id")}
+    if item.get("type") == "function_call_output":
+        return {"role": "tool", "call_id": item.get("call_id")}
+    text = "".join(part.get("text") or part.get("transcript") or "" for part in item.get("content") or ())
+    return {"role": item.get("role"), "content": text}
 
 
 def _done(value) -> asyncio.Future:

@@ -1,6 +1,6 @@
 """What a Realtime session's `session.update` may set, checked before anything is applied, and the session
 object that `session.created` / `session.updated` describe."""
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from app.api.chat import AGENT_MODEL, ApiError, parse_tool_choice, parse_tools
 
@@ -24,7 +24,9 @@ class Config:
     instructions: str = ""
     input_format: str = "audio/pcm"
     output_format: str = "audio/pcm"
+    modalities: list = field(default_factory=lambda: ["audio"])   # or ["text"]: no speech
     server_vad: bool = True
+    create_response: bool = True                       # server VAD answers each turn; False: response.create does
     interrupt_response: bool = True
     voice: str = "parley"
     tools: list = field(default_factory=list)          # as the client sent them (the Realtime's flat shape)
@@ -34,10 +36,11 @@ class Config:
     def describe(self) -> dict:
         def fmt(kind):
             return {"type": kind, "rate": RATES[kind]} if kind == "audio/pcm" else {"type": kind}
-        vad = ({"type": "server_vad", "create_response": True, "interrupt_response": self.interrupt_response}
+        vad = ({"type": "server_vad", "create_response": self.create_response,
+                "interrupt_response": self.interrupt_response}
                if self.server_vad else None)
         return {"type": "realtime", "object": "realtime.session", "id": self.id, "model": self.model,
-                "output_modalities": ["audio"], "instructions": self.instructions, "tools": self.tools,
+                "output_modalities": self.modalities, "instructions": self.instructions, "tools": self.tools,
                 "tool_choice": self.tool_choice, "max_output_tokens": self.max_output_tokens or "inf",
                 "audio": {"input": {"format": fmt(self.input_format), "turn_detection": vad,
                                     "transcription": {"model": "whisper-tiny.en"}},
@@ -47,15 +50,7 @@ class Config:
         """The fields `session` changes, checked; nothing is applied when one is wrong."""
         if not isinstance(session, dict):
             raise EventError("'session' must be an object", param="session")
-        changes = {}
-        if "instructions" in session:
-            if not isinstance(session["instructions"], str):
-                raise EventError("'instructions' must be a string", param="session.instructions")
-            changes["instructions"] = session["instructions"]
-        modalities = session.get("output_modalities", session.get("modalities"))
-        if modalities is not None and "audio" not in (modalities if isinstance(modalities, list) else []):
-            raise EventError("Parley answers in audio (with its transcript): output_modalities must hold 'audio'",
-                             code="unsupported", param="session.output_modalities")
+        changes = self._model_settings(session, agent_model, "session")
         audio = session.get("audio") or {}
         if not isinstance(audio, dict):
             raise EventError("'audio' must be an object", param="session.audio")
@@ -71,20 +66,47 @@ class Config:
             changes["voice"] = str(voice)
         if "turn_detection" in audio_in or "turn_detection" in session:
             changes.update(_turn_detection(audio_in.get("turn_detection", session.get("turn_detection"))))
-        if "tools" in session:
-            if session["tools"] and agent_model:
+        return changes
+
+    def for_response(self, params, agent_model: bool) -> "Config":
+        """The settings one `response.create` runs under: the session's, with what its `response` sets."""
+        if params is None:
+            return self
+        if not isinstance(params, dict):
+            raise EventError("'response' must be an object", param="response")
+        if params.get("conversation", "auto") != "auto" or params.get("input") is not None:
+            raise EventError("out-of-band responses (conversation 'none', or an 'input' of their own) are not "
+                             "supported: a response continues the conversation", code="unsupported",
+                             param="response.conversation")
+        return replace(self, **self._model_settings(params, agent_model, "response"))
+
+    def _model_settings(self, fields: dict, agent_model: bool, where: str) -> dict:
+        """What a session or a response sets for the model's side: modalities, instructions, tools, the limit."""
+        changes = {}
+        if "instructions" in fields:
+            if not isinstance(fields["instructions"], str):
+                raise EventError("'instructions' must be a string", param=f"{where}.instructions")
+            changes["instructions"] = fields["instructions"]
+        modalities = fields.get("output_modalities", fields.get("modalities"))
+        if modalities is not None:
+            if modalities not in (["text"], ["audio"], ["text", "audio"], ["audio", "text"]):
+                raise EventError("output_modalities is ['audio'] (speech with its transcript) or ['text']",
+                                 param=f"{where}.output_modalities")
+            changes["modalities"] = ["text"] if modalities == ["text"] else ["audio"]
+        if "tools" in fields:
+            if fields["tools"] and agent_model:
                 raise EventError(f"'{AGENT_MODEL}' runs Parley's own tools; connect with the loaded model's id "
-                                 "to give yours", code="unsupported", param="session.tools")
-            changes["tools"] = session["tools"] or []
-        if "tool_choice" in session:
-            changes["tool_choice"] = session["tool_choice"]
-        tools = changes.get("tools", self.tools)
-        client_tools(tools, changes.get("tool_choice", self.tool_choice))   # checked together
-        if "max_output_tokens" in session:
-            limit = session["max_output_tokens"]
+                                 "to give yours", code="unsupported", param=f"{where}.tools")
+            changes["tools"] = fields["tools"] or []
+        if "tool_choice" in fields:
+            changes["tool_choice"] = fields["tool_choice"]
+        client_tools(changes.get("tools", self.tools), changes.get("tool_choice", self.tool_choice),
+                     where)   # checked together
+        if "max_output_tokens" in fields:
+            limit = fields["max_output_tokens"]
             if limit != "inf" and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 1):
                 raise EventError("'max_output_tokens' must be a positive integer or 'inf'",
-                                 param="session.max_output_tokens")
+                                 param=f"{where}.max_output_tokens")
             changes["max_output_tokens"] = None if limit == "inf" else limit
         return changes
 
@@ -106,17 +128,14 @@ def _turn_detection(value) -> dict:
     if not isinstance(value, dict) or value.get("type") not in ("server_vad", "semantic_vad"):
         raise EventError("turn_detection must be null, server_vad or semantic_vad",
                          param="session.audio.input.turn_detection")
-    if value.get("create_response") is False:
-        raise EventError("create_response false is not supported: with server VAD every turn is answered; "
-                         "set turn_detection to null to commit and create responses yourself",
-                         code="unsupported", param="session.audio.input.turn_detection.create_response")
-    return {"server_vad": True, "interrupt_response": value.get("interrupt_response") is not False}
+    return {"server_vad": True, "create_response": value.get("create_response") is not False,
+            "interrupt_response": value.get("interrupt_response") is not False}
 
 
-def client_tools(tools, choice) -> tuple[list[dict], object]:
+def client_tools(tools, choice, where: str = "session") -> tuple[list[dict], object]:
     """The Realtime's flat tools as the chat API's checked schemas, and the tool choice for them."""
     if not isinstance(tools, list):
-        raise EventError("'tools' must be a list", param="session.tools")
+        raise EventError("'tools' must be a list", param=f"{where}.tools")
     wrapped = [{"type": t.get("type"), "function": {k: v for k, v in t.items() if k != "type"}}
                if isinstance(t, dict) else t for t in tools]
     if isinstance(choice, dict):
@@ -125,4 +144,4 @@ def client_tools(tools, choice) -> tuple[list[dict], object]:
         checked = parse_tools(wrapped)
         return checked, parse_tool_choice("none" if choice == "auto" and not checked else choice, checked)
     except ApiError as exc:
-        raise EventError(str(exc), param=f"session.{exc.param}") from None
+        raise EventError(str(exc), param=f"{where}.{exc.param}") from None

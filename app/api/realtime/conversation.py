@@ -1,7 +1,7 @@
 """The loaded model's side of a Realtime conversation whose tools the client runs (`?model=<loaded model>`)."""
 import threading
 
-from app.agent.protocol import TurnResult, retract_last_user_turn
+from app.agent.protocol import TurnResult, forget_message, retract_last_user_turn
 from app.api.chat import ApiError, ModelJob, conversation_messages
 from app.api.realtime.config import Config, client_tools
 
@@ -50,6 +50,26 @@ class ClientConversation:
         """As Agent.retract_last_turn: an unanswered user turn the caller went on from leaves the history."""
         with self._lock:
             return retract_last_user_turn(self.messages)
+
+    def forget(self, role: str, content: str = "", call_id: str | None = None) -> bool:
+        """A message the client deleted leaves the history: a call ("function_call") with its output, or a
+        call's output ("tool") alone, by call id; any other by its role and text."""
+        with self._lock:
+            if role not in ("function_call", "tool"):
+                return forget_message(self.messages, role, content) is not None
+            kept = []
+            for m in self.messages:
+                if m["role"] == "tool" and m.get("tool_call_id") == call_id:
+                    continue
+                if role == "function_call" and any(c["id"] == call_id for c in m.get("tool_calls", ())):
+                    calls = [c for c in m["tool_calls"] if c["id"] != call_id]
+                    m = dict(m, tool_calls=calls) if calls else {k: v for k, v in m.items() if k != "tool_calls"}
+                    if not calls and not m["content"]:
+                        continue
+                kept.append(m)
+            changed = kept != self.messages
+            self.messages[:] = kept
+            return changed
 
     def truncate_last_reply(self, heard_text: str) -> None:
         with self._lock:

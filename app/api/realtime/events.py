@@ -16,15 +16,22 @@ def new_id(prefix: str) -> str:
 @dataclass
 class Response:
     id: str
+    modalities: list = field(default_factory=lambda: ["audio"])   # or ["text"]: text events, no audio
+    metadata: dict | None = None                      # the client's, as it sent them
     output: list = field(default_factory=list)        # its items, in order
     message: dict | None = None                       # the assistant message item, once it speaks
     transcript: str = ""
     audio_ms: float = 0.0
     written: bool = False                             # the model is done; the response ends when its audio has
 
+    @property
+    def spoken(self) -> bool:
+        return "audio" in self.modalities
+
     def payload(self, status: str = "in_progress", details: dict | None = None, usage: dict | None = None) -> dict:
         return {"object": "realtime.response", "id": self.id, "status": status, "status_details": details,
-                "output": self.output, "output_modalities": ["audio"], "usage": usage}
+                "output": self.output, "output_modalities": self.modalities, "metadata": self.metadata,
+                "usage": usage}
 
 
 class Conversation:
@@ -76,6 +83,14 @@ class Conversation:
         self.send({"type": "conversation.item.truncated", "item_id": item["id"], "content_index": content_index,
                    "audio_end_ms": audio_end_ms})
 
+    def retrieved(self, item: dict) -> None:
+        self.send({"type": "conversation.item.retrieved", "item": item})
+
+    def delete(self, item: dict) -> None:
+        del self.items[item["id"]]
+        self.audio_ms.pop(item["id"], None)
+        self.send({"type": "conversation.item.deleted", "item_id": item["id"]})
+
     def last_item_id(self) -> str | None:
         return next(reversed(self.items), None)
 
@@ -84,8 +99,8 @@ class Conversation:
 
     # --- the response in progress --------------------------------------------------------------------------------
 
-    def begin_response(self) -> None:
-        self.response = Response(new_id("resp"))
+    def begin_response(self, modalities: list | None = None, metadata: dict | None = None) -> None:
+        self.response = Response(new_id("resp"), modalities or ["audio"], metadata)
         self.send({"type": "response.created", "response": self.response.payload()})
 
     def transcript_delta(self, text: str) -> None:
@@ -95,8 +110,8 @@ class Conversation:
             return
         delta, message = text[len(response.transcript):], self._message(response)
         response.transcript = text
-        self.send({"type": "response.output_audio_transcript.delta", **self._part_ids(response, message),
-                   "delta": delta})
+        kind = "response.output_audio_transcript.delta" if response.spoken else "response.output_text.delta"
+        self.send({"type": kind, **self._part_ids(response, message), "delta": delta})
 
     def audio_delta(self, audio: str, ms: float) -> None:
         """`ms` of the reply's audio, base64 in the output format."""
@@ -135,12 +150,15 @@ class Conversation:
         if item is not None:
             ids = self._part_ids(response, item)
             item["status"] = "completed" if status == "completed" else "incomplete"
-            item["content"][0]["transcript"] = response.transcript
-            self.audio_ms[item["id"]] = response.audio_ms
-            self.send({"type": "response.output_audio.done", **ids})
-            self.send({"type": "response.output_audio_transcript.done", **ids, "transcript": response.transcript})
-            self.send({"type": "response.content_part.done", **ids,
-                       "part": {"type": "audio", "transcript": response.transcript}})
+            item["content"] = [_content(response, response.transcript)]
+            if response.spoken:
+                self.audio_ms[item["id"]] = response.audio_ms
+                self.send({"type": "response.output_audio.done", **ids})
+                self.send({"type": "response.output_audio_transcript.done", **ids,
+                           "transcript": response.transcript})
+            else:
+                self.send({"type": "response.output_text.done", **ids, "text": response.transcript})
+            self.send({"type": "response.content_part.done", **ids, "part": _part(response, response.transcript)})
             self.send({"type": "response.output_item.done", "response_id": response.id,
                        "output_index": ids["output_index"], "item": item})
             self.send({"type": "conversation.item.done", "item": item})
@@ -151,7 +169,7 @@ class Conversation:
         """The response's assistant message item, added when it first speaks."""
         if response.message is None:
             item = {"id": new_id("item"), "object": "realtime.item", "type": "message", "role": "assistant",
-                    "status": "in_progress", "content": [{"type": "output_audio", "transcript": ""}]}
+                    "status": "in_progress", "content": [_content(response, "")]}
             response.message = item
             index = len(response.output)
             response.output.append(item)
@@ -159,10 +177,20 @@ class Conversation:
                        "item": dict(item, content=[])})
             self.add_item(item, done=False)
             self.send({"type": "response.content_part.added", **self._part_ids(response, item),
-                       "part": {"type": "audio", "transcript": ""}})
+                       "part": _part(response, "")})
         return response.message
 
     @staticmethod
     def _part_ids(response: Response, item: dict) -> dict:
         return {"response_id": response.id, "item_id": item["id"], "output_index": response.output.index(item),
                 "content_index": 0}
+
+
+def _content(response: Response, text: str) -> dict:
+    """The assistant message item's content: spoken audio with its transcript, or text."""
+    return {"type": "output_audio", "transcript": text} if response.spoken else {"type": "output_text", "text": text}
+
+
+def _part(response: Response, text: str) -> dict:
+    """The same, as the content part of `response.content_part.added` / `done`."""
+    return {"type": "audio", "transcript": text} if response.spoken else {"type": "text", "text": text}
