@@ -286,10 +286,13 @@ class ModelJob:
                           "total_tokens": self.prompt_tokens + gen.tokens}, "generation": gen}
 
     def _matcher(self, choice):
-        """The reply grammar's matcher where this model decodes with one (left to right, app.agent.schema_grammar)."""
+        """The reply grammar's matcher where this model decodes with one (left to right, app.agent.schema_grammar):
+        the tools' calls, or speech only."""
         tokenizer = getattr(self.engine, "tokenizer", None)
-        if self.options.cache != "block" or tokenizer is None or (not self.tools and choice == "none"):
+        if self.options.cache != "block" or tokenizer is None:
             return None
+        # with no tools too: speech only, which may not start with "<" (an adapter trained to call tools for some
+        # questions otherwise starts a call it cannot finish and writes markup)
         schemas = [] if choice == "none" else [t for t in self.tools if choice in ("auto", "required", t["name"])]
         schemas = [{"name": s["name"], "parameters": s["parameters"]} for s in schemas]
         return grammar_for(tokenizer, schemas, self.engine.special.stop, self.engine.model.args.vocab_size,

@@ -33,11 +33,11 @@ def test_a_completion_and_the_same_completion_streamed(api):
     client, _ = api
     # the shipped adapter is a front desk: it answers from the business its system message describes
     request = dict(model="parley-smollm2", max_tokens=30, messages=[
-        {"role": "system", "content": "You answer calls for Bella's Bakery, 12 Oak Street. Open 7 AM to 3 PM."},
-        {"role": "user", "content": "Where are you located?"}])
+        {"role": "system", "content": "You answer calls for Bella's Bakery, 12 Oak Street. Phone 555-0101."},
+        {"role": "user", "content": "What's your phone number?"}])
     completion = client.chat.completions.create(**request)
     answer = completion.choices[0].message.content
-    assert "12 Oak Street" in answer and completion.choices[0].finish_reason in ("stop", "length")
+    assert "555-0101" in answer and completion.choices[0].finish_reason in ("stop", "length")
     assert completion.usage.prompt_tokens > 10 and 0 < completion.usage.completion_tokens <= 30
     chunks = list(client.chat.completions.create(**request, stream=True, stream_options={"include_usage": True}))
     streamed = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
