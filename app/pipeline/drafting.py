@@ -121,6 +121,8 @@ class Drafting:
                                                                   self.agent.prompt(), text))
             except Exception:
                 log.exception("end-of-turn judgement failed; the VAD decides")
+        if not self.options.answer_turns:
+            return None, None, None     # the transport answers when it chooses: no first answer to draft
         # another session's turn interrupts this generation (it is redone if this utterance ends the turn)
         generation = await self._speculate(services.llm_lanes, draft, self.agent.draft, text,
                                            EitherEvent(cancel, draft.yielded), interrupt=draft.yielded.set)
@@ -129,7 +131,7 @@ class Drafting:
         spoken = parse_tool_calls(generation.text)[1]
         splitter = ClauseSplitter(self.options.first_phrase_words)
         clause = (splitter.push(spoken) or [splitter.flush()])[0] if spoken else None
-        if not clause:
+        if not clause or not self.options.speak:
             return generation, None, None
         clause_audio = await self._speculate(services.tts_lanes, draft, services.tts.synthesize, clause)
         return generation, clause, clause_audio

@@ -124,9 +124,10 @@ class RealtimeCall(SocketCall):
             setattr(self.config, key, value)
         if "input_format" in changes or "output_format" in changes:
             self._set_formats()
-        if "interrupt_response" in changes or "create_response" in changes:
+        if {"interrupt_response", "create_response", "modalities"} & changes.keys():
             self.session.options = replace(self.session.options, barge_in=self.config.interrupt_response,
-                                           answer_turns=self.config.create_response)
+                                           answer_turns=self.config.create_response,
+                                           speak="audio" in self.config.modalities)
         self.conversation.send({"type": "session.updated", "session": self.config.describe()})
 
     async def _append(self, event: dict) -> None:
