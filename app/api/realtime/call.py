@@ -1,7 +1,6 @@
 """One Realtime session over its WebSocket: the client's events in, the server's out, a Session in between."""
 import asyncio
 import base64
-import binascii
 import json
 import logging
 from dataclasses import replace
@@ -12,12 +11,13 @@ from fastapi import APIRouter, WebSocket
 from starlette.websockets import WebSocketDisconnect
 
 from app.api.chat import AGENT_MODEL, model_id
+from app.api.realtime.audio import MIN_COMMIT_MS, decode, encode, from_base64, item_audio
 from app.api.realtime.config import RATES, Config, EventError
 from app.api.realtime.conversation import ClientConversation
 from app.api.realtime.events import Conversation, new_id
 from app.pipeline.session import Session, SessionOptions
 from app.transports.base import PacingClock, SocketCall, no_room, refuse_handshake
-from speech.audio import SAMPLE_RATE_HZ, alaw_to_pcm, mulaw_to_pcm, pcm_to_alaw, pcm_to_mulaw, resample
+from speech.audio import SAMPLE_RATE_HZ
 
 log = logging.getLogger(__name__)
 
@@ -25,7 +25,6 @@ router = APIRouter(prefix="/v1")
 
 OUTPUT_RATE_HZ = 24_000
 FRAME_MS = 20
-MIN_COMMIT_MS = 100                       # OpenAI's smallest committable buffer
 
 
 @router.websocket("/realtime")
@@ -134,7 +133,7 @@ class RealtimeCall(SocketCall):
         audio = event.get("audio")
         if not isinstance(audio, str):
             raise EventError("'audio' must be a base64 string", param="audio")
-        samples = self._in.resample_chunk(self._decode(_base64(audio, "audio")))
+        samples = self._in.resample_chunk(decode(from_base64(audio, "audio"), self.config.input_format))
         if self.config.server_vad:
             self.session.push_audio(samples)
         else:
@@ -173,7 +172,7 @@ class RealtimeCall(SocketCall):
         item = dict(item, id=item.get("id") or new_id("item"), object="realtime.item", status="completed")
         if item["id"] in self.conversation.items:
             raise EventError(f"the conversation already has an item {item['id']!r}", param="item.id")
-        if kind == "message" and role == "user" and (audio := self._item_audio(item)) is not None:
+        if kind == "message" and role == "user" and (audio := item_audio(item, self.config.input_format)) is not None:
             item["content"] = [{"type": "input_audio", "transcript": None}]   # its text follows, transcribed
             self.conversation.add_item(item, event.get("previous_item_id"), done=False)
             self._transcribe(item["id"], audio)
@@ -343,43 +342,13 @@ class RealtimeCall(SocketCall):
                     self._finish_response("completed")
                 continue
             samples, _ = playback.read_frame(playback.sample_rate_hz * FRAME_MS // 1000)
-            self.conversation.audio_delta(base64.b64encode(self._encode(samples)).decode("ascii"), FRAME_MS)
+            self.conversation.audio_delta(base64.b64encode(encode(samples, self.config.output_format)).decode("ascii"), FRAME_MS)
 
     # --- audio formats ------------------------------------------------------------------------------------------
 
     def _set_formats(self) -> None:
         self._in = soxr.ResampleStream(RATES[self.config.input_format], SAMPLE_RATE_HZ, 1, dtype="int16")
         self.session.playback.sample_rate_hz = RATES[self.config.output_format]   # replies are synthesized at it
-
-    def _decode(self, data: bytes, param: str = "audio") -> np.ndarray:
-        """Audio in the input format, at its rate."""
-        kind = self.config.input_format
-        if kind == "audio/pcm":
-            if len(data) % 2:
-                raise EventError("audio/pcm is 16-bit: an odd number of bytes", code="invalid_audio", param=param)
-            return np.frombuffer(data, dtype="<i2").astype(np.int16)
-        return mulaw_to_pcm(data) if kind == "audio/pcmu" else alaw_to_pcm(data)
-
-    def _item_audio(self, item: dict) -> np.ndarray | None:
-        """A user message's `input_audio` content at 16 kHz, or None for a message of text."""
-        content = item.get("content")
-        if not isinstance(content, list) or not any(isinstance(p, dict) and p.get("type") == "input_audio"
-                                                    for p in content):
-            return None
-        if len(content) != 1 or not isinstance(content[0].get("audio"), str):
-            raise EventError("a message with audio has one input_audio part, its 'audio' base64 in the session's "
-                             "input format", code="unsupported", param="item.content")
-        samples = self._decode(_base64(content[0]["audio"], "item.content[0].audio"), "item.content[0].audio")
-        if len(samples) < RATES[self.config.input_format] * MIN_COMMIT_MS // 1000:
-            raise EventError(f"the message's audio is under {MIN_COMMIT_MS} ms", code="invalid_audio",
-                             param="item.content[0].audio")
-        return resample(samples, RATES[self.config.input_format], SAMPLE_RATE_HZ)
-
-    def _encode(self, samples: np.ndarray) -> bytes:
-        kind = self.config.output_format
-        if kind == "audio/pcm":
-            return samples.astype("<i2").tobytes()
-        return pcm_to_mulaw(samples) if kind == "audio/pcmu" else pcm_to_alaw(samples)
 
     async def _send_loop(self) -> None:
         """The conversation's events, in order, onto the socket."""
@@ -401,13 +370,6 @@ def _item_text(item: dict) -> str:
         raise EventError("a message's content is a list of text parts (input_text / output_text), or a user "
                          "message's one input_audio part", code="unsupported", param="item.content")
     return "".join(texts)
-
-
-def _base64(text: str, param: str) -> bytes:
-    try:
-        return base64.b64decode(text, validate=True)
-    except (binascii.Error, ValueError):
-        raise EventError(f"'{param}' is not valid base64", code="invalid_base64", param=param) from None
 
 
 def _history_of(item: dict) -> dict:
