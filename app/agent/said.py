@@ -171,11 +171,21 @@ def _said_in(values, text: str, profile) -> list[str]:
     return [v for v in values if said.says(v)]
 
 
+def says_a_value(spec: dict, said: Said, times: set[str]) -> bool:
+    """Whether `said` (with the clock times `times` it holds) says a value an argument of schema `spec` may take:
+    a clock time for a clock pattern, else one of its `enum` or `examples` values (a day, a business's service)."""
+    if spec.get("pattern") == CLOCK_PATTERN:
+        return bool(times)
+    return any(said.says(v) for v in (*spec.get("enum", ()), *spec.get("examples", ())) if isinstance(v, str))
+
+
 def held(schemas: list[dict], messages: list[dict], profile=None) -> list[dict]:
     """The schemas as the reply grammar holds a call to them, for `messages`:
     - a required x-said argument may be left out: the caller may not have said it yet, and a call that lacks it
       is answered with what is missing (`settle`), so the model writes the details it has instead of inventing
-      the rest;
+      the rest; but not when the caller's latest message says a value it may take (`says_a_value`): "a beard
+      trim Thursday at 5:45" makes a call with the service, the day and the time, never one that leaves the
+      service out and then asks the caller for it;
     - an x-said clock time (CLOCK_PATTERN) or enum (a day) is one of the values the caller said last (`latest`),
       when they said any; else one of those the conversation said, when it said any. The model chooses between
       readings ("three thirty": 03:30 or 15:30; "3:30 p.m.": 15:30 alone; the one the business is open at,
@@ -187,6 +197,8 @@ def held(schemas: list[dict], messages: list[dict], profile=None) -> list[dict]:
     said = Said(conversation_text(messages), profile)
     open_at = getattr(profile, "open_at", None)
     heard = sorted(latest(messages, lambda text: times_in(text, open_at)) or said.times)
+    last = next((m["content"] for m in reversed(messages) if m["role"] == "user"), "")
+    said_last, times_last = Said([last], profile), times_in(last, open_at)
     free = words_pattern(Said([m["content"] for m in messages if m["role"] == "user"], profile))
     enums: dict[tuple, list[str]] = {}  # the days of every tool that takes one are held alike
     out = json.loads(json.dumps(schemas))
@@ -194,7 +206,8 @@ def held(schemas: list[dict], messages: list[dict], profile=None) -> list[dict]:
         params = s["parameters"]
         properties = params.get("properties", {})
         if "required" in params:
-            params["required"] = [k for k in params["required"] if not properties.get(k, {}).get(SAID)]
+            params["required"] = [k for k in params["required"] if not properties.get(k, {}).get(SAID)
+                                  or says_a_value(properties[k], said_last, times_last)]
         for spec in properties.values():
             if not spec.get(SAID) or spec.get("type") != "string":
                 continue

@@ -87,6 +87,25 @@ def test_the_grammar_lets_a_call_leave_out_what_was_not_said_yet():
     assert business["required"] == ["topic"]  # not an x-said argument: still required
 
 
+def test_a_call_keeps_the_details_the_callers_latest_words_say():
+    """"a beard trim Thursday at 5:45" is a call with its service, day and time (the model left the service out
+    and then asked for it); a day said in an earlier turn, or a name, still may be left out."""
+    schemas = Toolbox(PROFILE, open_store(":memory:")).schemas()  # a service's examples: the profile's services
+    messages = [{"role": "user", "content": "what are your hours on Friday?"},
+                {"role": "assistant", "content": "We're open nine to eight on Friday."},
+                {"role": "user", "content": "Could I get a beard trim at 5:45 pm, I'm Bill?"}]
+
+    def required(tool):
+        return next(s for s in held(schemas, messages, PROFILE) if s["name"] == tool)["parameters"]["required"]
+
+    assert required("book_appointment") == ["service", "time"]
+    messages[-1]["content"] = "Could I get a beard trim Thursday at 5:45 pm?"
+    assert required("book_appointment") == ["service", "day", "time"]
+    assert required("check_availability") == ["day"]
+    messages[-1]["content"] = "I want to book something"
+    assert required("book_appointment") == []
+
+
 def test_a_call_whose_details_were_all_said_runs():
     booking = format_tool_call("book_appointment", {"name": "Ana", "day": "tomorrow", "time": "15:00",
                                                     "service": "haircut"})
