@@ -93,6 +93,8 @@ def causal_attention(q, k, v, start_pos: int):
 
 
 BLOCK_LINEARS = ("q_proj", "k_proj", "v_proj", "attn_out", "ff_proj", "up_proj", "ff_out")  # every projection
+# projections of one input that an inference-only model may run as one product (llm.quant.pack_fp16)
+FUSED_LINEARS = {"qkv": ("q_proj", "k_proj", "v_proj"), "gate_up": ("ff_proj", "up_proj")}
 
 
 class Block(nn.Module):
@@ -111,14 +113,21 @@ class Block(nn.Module):
         self.ff_proj = Linear(d, args.mlp_hidden_size, bias=False)  # the SwiGLU gate
         self.up_proj = Linear(d, args.mlp_hidden_size, bias=False)
         self.ff_out = Linear(args.mlp_hidden_size, d, bias=False)
+        # FUSED_LINEARS: set in place of their parts by an inference-only packing (llm.quant.pack_fp16)
+        self.qkv: nn.Module | None = None
+        self.gate_up: nn.Module | None = None
 
     def project(self, x):
         """Normed residual (B, T, d) -> q (B, H, T, D), k, v (B, Hkv, T, D), before rotary embedding."""
         B, T, _ = x.shape
         a = self.args
-        q = self.q_proj(x).view(B, T, a.n_heads, a.head_dim).transpose(1, 2)
-        k = self.k_proj(x).view(B, T, a.n_kv_heads, a.head_dim).transpose(1, 2)
-        v = self.v_proj(x).view(B, T, a.n_kv_heads, a.head_dim).transpose(1, 2)
+        if self.qkv is not None:
+            q, k, v = self.qkv(x).split([a.n_heads * a.head_dim] + [a.n_kv_heads * a.head_dim] * 2, dim=-1)
+        else:
+            q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
+        q = q.view(B, T, a.n_heads, a.head_dim).transpose(1, 2)
+        k = k.view(B, T, a.n_kv_heads, a.head_dim).transpose(1, 2)
+        v = v.view(B, T, a.n_kv_heads, a.head_dim).transpose(1, 2)
         return q, k, v
 
     def merge(self, y):
@@ -129,7 +138,11 @@ class Block(nn.Module):
     def mlp(self, x):
         """x + the SwiGLU feed-forward of its norm."""
         h = self.ff_norm(x)
-        return x + self.ff_out(kernels.swiglu(self.ff_proj(h), self.up_proj(h)))
+        if self.gate_up is not None:
+            gate, up = self.gate_up(h).chunk(2, dim=-1)
+        else:
+            gate, up = self.ff_proj(h), self.up_proj(h)
+        return x + self.ff_out(kernels.swiglu(gate, up))
 
     def attend(self, x, cos, sin, start_pos, cache_kv, kv_len, key_padding_mask, causal):
         """The attention update of every row; its keys and values enter the cache."""

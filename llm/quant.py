@@ -26,7 +26,7 @@ import torch.nn as nn
 from torch.ao.nn.quantized.dynamic import Linear as DynamicLinear
 from torch.ao.quantization import per_channel_dynamic_qconfig
 
-from llm.model import BLOCK_LINEARS, Transformer
+from llm.model import BLOCK_LINEARS, FUSED_LINEARS, Transformer
 
 INT8_LINEARS = tuple(name for name in BLOCK_LINEARS if name != "ff_out")
 
@@ -55,7 +55,8 @@ class Fp16Linear(nn.Module):
 def weight_format(model: Transformer) -> str:
     """How the model's projections hold their weights: "float16 weights" (pack_fp16), "int8 weights" (quantize_int8)
     or the dtype's name."""
-    projection = model.transformer.blocks[0].q_proj if len(model.transformer.blocks) else None
+    block = model.transformer.blocks[0] if len(model.transformer.blocks) else None
+    projection = None if block is None else block.qkv if block.qkv is not None else block.q_proj
     if isinstance(projection, Fp16Linear):
         return "float16 weights"
     if isinstance(projection, DynamicLinear):
@@ -83,11 +84,23 @@ def _replace_products(model: Transformer, names, make) -> Transformer:
 def pack_fp16(model: Transformer) -> Transformer:
     """Replace every projection of every block of a CPU fp32 model by an Fp16Linear, in place, and give a tied head
     an fp16 copy of the embedding as its output projection (the embedding itself stays fp32 for the lookup);
-    returns the model. Raises RuntimeError where this torch has no fbgemm (see fbgemm_available)."""
+    returns the model. The projections of one input become one product (FUSED_LINEARS: q, k and v; the SwiGLU's
+    gate and up). Raises RuntimeError where this torch has no fbgemm (see fbgemm_available).
+
+    NOTE: fused, SmolLM2's 30 blocks' q, k, v, gate and up products of one row took 6.1 ms instead of 9.0 (9 rows:
+    11.2 against 13.3), 2 threads on this project's 2-core machine (2026-12-03): fewer, larger products."""
     _require_cpu(model, "fp16-packed")
     if not fbgemm_available():
         raise RuntimeError("this torch build has no fbgemm (an x86 CPU build has it): fp16 weights need it")
-    return _replace_products(model, BLOCK_LINEARS, Fp16Linear)
+    for block in model.transformer.blocks:
+        for fused, names in FUSED_LINEARS.items():
+            parts = [getattr(block, name) for name in names]
+            bias = None if parts[0].bias is None else torch.cat([part.bias.detach() for part in parts])
+            setattr(block, fused, Fp16Linear(torch.cat([part.weight.detach() for part in parts]), bias))
+            for name in names:
+                delattr(block, name)
+    fused_names = {name for names in FUSED_LINEARS.values() for name in names}
+    return _replace_products(model, [name for name in BLOCK_LINEARS if name not in fused_names], Fp16Linear)
 
 
 def quantize_int8(model: Transformer) -> Transformer:

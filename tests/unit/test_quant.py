@@ -7,7 +7,7 @@ import torch
 
 import llm.quant
 from llm.model import BLOCK_LINEARS, ModelArgs, Transformer
-from llm.quant import INT8_LINEARS, Fp16Linear, pack_fp16, quantize_int8
+from llm.quant import INT8_LINEARS, Fp16Linear, pack_fp16, quantize_int8, weight_format
 
 
 def tiny() -> Transformer:
@@ -41,9 +41,11 @@ def test_int8_keeps_the_down_projection_and_gives_a_tied_head_its_own_int8_produ
 def test_fp16_packs_every_projection_and_the_tied_head_and_keeps_fp32_greedy_tokens():
     ref = tiny()
     model = pack_fp16(copy.deepcopy(ref))
-    for block in model.transformer.blocks:
-        assert all(isinstance(getattr(block, name), Fp16Linear) for name in BLOCK_LINEARS)
+    for block in model.transformer.blocks:  # q, k, v as one product, the gate and up as another
+        assert all(isinstance(getattr(block, name), Fp16Linear) for name in ("qkv", "attn_out", "gate_up", "ff_out"))
+        assert not any(hasattr(block, name) for name in ("q_proj", "k_proj", "v_proj", "ff_proj", "up_proj"))
     assert isinstance(model.tied_head, Fp16Linear)
+    assert weight_format(model) == "float16 weights"
     assert torch.equal(model.transformer.wte.weight, ref.transformer.wte.weight)  # the lookup stays fp32
     assert model.args.n_params == sum(p.numel() for p in ref.parameters())  # what the thread sizing reads
 
@@ -53,6 +55,21 @@ def test_fp16_packs_every_projection_and_the_tied_head_and_keeps_fp32_greedy_tok
     # only the weights are rounded, to fp16's 11 significant bits (int8 above: 0.05 of the largest logit)
     assert (got - want).abs().max() <= 2e-3 * want.abs().max()
     assert torch.equal(got.argmax(-1), want.argmax(-1))
+
+
+@torch.no_grad()
+def test_fp16_fused_projections_keep_the_q_k_v_biases():
+    torch.manual_seed(0)
+    args = ModelArgs(d_model=64, n_layers=2, n_heads=4, n_kv_heads=2, mlp_hidden_size=128, vocab_size=96,
+                     rope_theta=10000.0, max_sequence_length=64, weight_tying=False, shift_logits=True, qkv_bias=True)
+    ref = Transformer(args)
+    ref.init_weights(std=0.1)
+    for block in ref.transformer.blocks:  # Dream's / Qwen2's q, k, v biases, here not zero
+        for name in ("q_proj", "k_proj", "v_proj"):
+            getattr(block, name).bias.normal_(0, 0.5)
+    ids = torch.randint(0, 96, (1, 24), generator=torch.Generator().manual_seed(1))
+    want, got = ref.eval()(ids), pack_fp16(copy.deepcopy(ref))(ids)
+    assert (got - want).abs().max() <= 2e-3 * want.abs().max()
 
 
 def test_fp16_linear_is_the_fp32_product_of_fp16_rounded_weights_with_a_bias():
