@@ -173,7 +173,8 @@ def _said_in(values, text: str, profile) -> list[str]:
 
 def says_a_value(spec: dict, said: Said, times: set[str]) -> bool:
     """Whether `said` (with the clock times `times` it holds) says a value an argument of schema `spec` may take:
-    a clock time for a clock pattern, else one of its `enum` or `examples` values (a day, a business's service)."""
+    a clock time for a clock pattern, else one of its `enum` or `examples` values (a day, a business's service).
+    `held` passes only the times said as clock times: "I want to book one" says no time."""
     if spec.get("pattern") == CLOCK_PATTERN:
         return bool(times)
     return any(said.says(v) for v in (*spec.get("enum", ()), *spec.get("examples", ())) if isinstance(v, str))
@@ -198,7 +199,7 @@ def held(schemas: list[dict], messages: list[dict], profile=None) -> list[dict]:
     open_at = getattr(profile, "open_at", None)
     heard = sorted(latest(messages, lambda text: times_in(text, open_at)) or said.times)
     last = next((m["content"] for m in reversed(messages) if m["role"] == "user"), "")
-    said_last, times_last = Said([last], profile), times_in(last, open_at)
+    said_last, times_last = Said([last], profile), times_in(last, open_at, clock_only=True)
     free = words_pattern(Said([m["content"] for m in messages if m["role"] == "user"], profile))
     enums: dict[tuple, list[str]] = {}  # the days of every tool that takes one are held alike
     out = json.loads(json.dumps(schemas))

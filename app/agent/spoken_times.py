@@ -124,14 +124,17 @@ def _part_of_day(words: list[str], i: int) -> str | None:
     return None
 
 
-def times_in(text: str, open_at=None) -> set[str]:
+def times_in(text: str, open_at=None, clock_only: bool = False) -> set[str]:
     """Every "HH:MM" (24-hour) that a time in `text` may mean. open_at(datetime.time) -> bool: of a morning and an
-    afternoon reading ("quarter to four"), the one the business is open at, when it is open at just one."""
+    afternoon reading ("quarter to four"), the one the business is open at, when it is open at just one.
+    clock_only: only times said as clock times, not a bare number that may be one ("book one", "at 10"): with
+    minutes, o'clock, a.m./p.m. or a part of the day, "half past", "noon"."""
     words = _words(text)
     found = set()
     i = 0
     while i < len(words):
         reading = _relative(words, i)
+        relative = reading is not None
         if reading is None:
             clock = _hour(words, i)
             if clock is None:
@@ -140,6 +143,10 @@ def times_in(text: str, open_at=None) -> set[str]:
             reading = (*clock, 0)
         hour, minute, read, shift = reading
         part = _part_of_day(words, i + read)
+        if clock_only and not (relative or read > 1 or part or ":" in words[i]
+                               or words[i] in ("noon", "midday", "midnight")):
+            i += read
+            continue
         if hour > 12 or words[i].startswith("0") or words[i] in ("noon", "midday", "midnight"):
             hours = {hour}  # a 24-hour reading, or noon and midnight
         elif part == "am":

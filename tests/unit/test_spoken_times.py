@@ -63,3 +63,13 @@ def test_opening_hours_choose_between_morning_and_afternoon():
     assert times_in("ten thirty", profile.open_at) == {"10:30"}
     assert times_in("8:30", profile.open_at) == {"08:30", "20:30"}  # closed at both: both stay
     assert times_in("3 a.m.", profile.open_at) == {"03:00"}          # said: never overruled
+
+
+def test_clock_only_keeps_times_said_as_clock_times():
+    assert times_in("a beard trim at 5:45 pm", clock_only=True) == {"17:45"}
+    assert times_in("around eleven in the morning", clock_only=True) == {"11:00"}
+    assert times_in("half past four", clock_only=True) == {"04:30", "16:30"}
+    assert times_in("three thirty", clock_only=True) == {"03:30", "15:30"}
+    assert times_in("noon works", clock_only=True) == {"12:00"}
+    assert times_in("ok I want to book one", clock_only=True) == set()
+    assert times_in("ok I want to book one") == {"01:00", "13:00"}  # any reading, for the grammar's choices
