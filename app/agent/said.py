@@ -137,14 +137,38 @@ def missing_result(missing: list[str]) -> dict:
     return {"ok": False, "missing": list(missing)}
 
 
-def words_pattern(said: Said) -> str | None:
+_SENTENCE_START = re.compile(r"(?:^|[.?!]\s+)$")
+
+
+def callers_own_words(messages: list[dict]) -> list[str]:
+    """The words the caller brought to the conversation, as written: every word of their messages but one written
+    in lowercase that the other side (system prompt, the agent's replies and calls, tool results) used before the
+    caller did. A name the caller gives is new to the conversation: "you" or "book" never is one, while
+    "Price" written as a name (capitalized, not starting a sentence) stays one."""
+    theirs: set[str] = set()
+    own = []
+    for m in messages:
+        if m["role"] != "user":
+            theirs.update(_words(m["content"]))
+            continue
+        text = m["content"]
+        for match in _WRITTEN_WORD.finditer(text):
+            form = match.group()
+            capitalized = form[0].isupper() and not _SENTENCE_START.search(text[:match.start()])
+            if capitalized or _stem(fold(form)) not in theirs:
+                own.append(form)
+    return own
+
+
+def words_pattern(said: Said, own: list[str] | None = None) -> str | None:
     """A pattern (for a schema's "pattern") of the strings made of words the conversation said, as they
-    were written, joined by spaces or hyphens; the words of a profile's service count when the service was said
-    (by its name or an alias: "kids haircut" for "a haircut for my son"). None: nothing said.
+    were written, joined by spaces or hyphens (`own`: only those words, when given); the words of a profile's
+    service count when the service was said (by its name or an alias: "kids haircut" for "a haircut for my son").
+    None: nothing said.
 
     NOTE: with each word also capitalized, the adapter wrote "On Noah" for "This is Noah calling": it had begun a
     name of its own ("O" for "Owen") and "On" was the allowed word that went on from there."""
-    forms = set(_WRITTEN_WORD.findall(" ".join(said.texts)))
+    forms = set(_WRITTEN_WORD.findall(" ".join(said.texts)) if own is None else own)
     for service in getattr(said.profile, "services", ()):
         if said.says(service.name):
             forms.update(_WRITTEN_WORD.findall(service.name))
@@ -192,15 +216,16 @@ def held(schemas: list[dict], messages: list[dict], profile=None) -> list[dict]:
       readings ("three thirty": 03:30 or 15:30; "3:30 p.m.": 15:30 alone; the one the business is open at,
       when it is open at one only) but never writes a time nobody said;
     - any other x-said string without a pattern of its own (a name, a service) is made of words the caller said
-      (`words_pattern`): the model picks the caller's words ("Noah Smith"), never a name of its own ("Owen
-      Smith", which `settle` would drop, leaving the call to ask for the name again) nor a word of the agent's
-      own replies ("got" from "you've got")."""
+      (`words_pattern`, `callers_own_words`): the model picks the caller's words ("Noah Smith"), never a name of
+      its own ("Owen Smith", which `settle` would drop, leaving the call to ask for the name again), nor a word
+      of the agent's own replies ("got" from "you've got"), nor a word the caller only repeated ("you")."""
     said = Said(conversation_text(messages), profile)
     open_at = getattr(profile, "open_at", None)
     heard = sorted(latest(messages, lambda text: times_in(text, open_at)) or said.times)
     last = next((m["content"] for m in reversed(messages) if m["role"] == "user"), "")
     said_last, times_last = Said([last], profile), times_in(last, open_at, clock_only=True)
-    free = words_pattern(Said([m["content"] for m in messages if m["role"] == "user"], profile))
+    free = words_pattern(Said([m["content"] for m in messages if m["role"] == "user"], profile),
+                         callers_own_words(messages))
     enums: dict[tuple, list[str]] = {}  # the days of every tool that takes one are held alike
     out = json.loads(json.dumps(schemas))
     for s in out:

@@ -226,3 +226,16 @@ def test_names_are_held_to_the_callers_words_not_the_agents():
     name = _held_property(messages, "book_appointment", "name")["pattern"]
     assert re.fullmatch(name, "Lucía García")
     assert not re.fullmatch(name, "got") and not re.fullmatch(name, "Who")
+
+
+def test_a_name_is_made_of_the_callers_own_words_not_the_ones_they_repeat():
+    import re
+
+    messages = [{"role": "system", "content": "You answer phone calls for a salon. Prices: haircut $35."},
+                {"role": "user", "content": "what services do you have?"},
+                {"role": "assistant", "content": "We offer haircuts. Would you like to book?"},
+                {"role": "user", "content": "ok I want to book one, I'm dana lee. Or put it under Sarah Price."}]
+    name = _held_property(messages, "book_appointment", "name")["pattern"]
+    assert re.fullmatch(name, "dana lee") and re.fullmatch(name, "Sarah Price")  # a capitalized name stays one
+    assert not re.fullmatch(name, "you") and not re.fullmatch(name, "book")  # the other side said them first
+    assert re.fullmatch(name, "want")  # the caller's own word: a name for all the grammar knows
