@@ -148,8 +148,8 @@ def callers_own_words(messages: list[dict]) -> list[str]:
     theirs: set[str] = set()
     own = []
     for m in messages:
-        if m["role"] != "user":
-            theirs.update(_words(m["content"]))
+        if m["role"] != "user":  # the words of a tool's name too: "appointment" of book_appointment
+            theirs.update(_stem(fold(word)) for word in _WRITTEN_WORD.findall(m["content"]))
             continue
         text = m["content"]
         for match in _WRITTEN_WORD.finditer(text):

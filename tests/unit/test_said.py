@@ -231,7 +231,8 @@ def test_names_are_held_to_the_callers_words_not_the_agents():
 def test_a_name_is_made_of_the_callers_own_words_not_the_ones_they_repeat():
     import re
 
-    messages = [{"role": "system", "content": "You answer phone calls for a salon. Prices: haircut $35."},
+    messages = [{"role": "system", "content": "You answer phone calls for a salon. Prices: haircut $35.\n"
+                                              "Tools: book_appointment(name?, day?, time?, service?)"},
                 {"role": "user", "content": "what services do you have?"},
                 {"role": "assistant", "content": "We offer haircuts. Would you like to book?"},
                 {"role": "user", "content": "ok I want to book one, I'm dana lee. Or put it under Sarah Price."}]
@@ -239,3 +240,6 @@ def test_a_name_is_made_of_the_callers_own_words_not_the_ones_they_repeat():
     assert re.fullmatch(name, "dana lee") and re.fullmatch(name, "Sarah Price")  # a capitalized name stays one
     assert not re.fullmatch(name, "you") and not re.fullmatch(name, "book")  # the other side said them first
     assert re.fullmatch(name, "want")  # the caller's own word: a name for all the grammar knows
+    messages[-1]["content"] = "I need an appointment on Thursday. Under Rohan."
+    name = _held_property(messages, "book_appointment", "name")["pattern"]
+    assert re.fullmatch(name, "Rohan") and not re.fullmatch(name, "appointment")  # a word of a tool's name
