@@ -208,9 +208,13 @@ def held(schemas: list[dict], messages: list[dict], profile=None) -> list[dict]:
     """The schemas as the reply grammar holds a call to them, for `messages`:
     - a required x-said argument may be left out: the caller may not have said it yet, and a call that lacks it
       is answered with what is missing (`settle`), so the model writes the details it has instead of inventing
-      the rest; but not when the caller's latest message says a value it may take (`says_a_value`): "a beard
-      trim Thursday at 5:45" makes a call with the service, the day and the time, never one that leaves the
-      service out and then asks the caller for it;
+      the rest;
+    - an x-said argument, required or not, is written when the caller's latest message says a value it may take
+      (`says_a_value`): "a beard trim Thursday at 5:45" makes a call with the service, the day and the time,
+      never one that leaves the service out and then asks the caller for it, and "I can't make it tomorrow" a
+      cancellation for tomorrow (`parley eval --dialogues 60`, 2026-12-03: calls exact 82.2% of the salon's
+      held-out turns and 70.9% of the bike shop's, against 81.1% and 68.6% when only required arguments were
+      held so, and 81.1% and 67.4% before either);
     - an x-said clock time (CLOCK_PATTERN) or enum (a day) is one of the values the caller said last (`latest`),
       when they said any; else one of those the conversation said, when it said any. The model chooses between
       readings ("three thirty": 03:30 or 15:30; "3:30 p.m.": 15:30 alone; the one the business is open at,
@@ -231,9 +235,11 @@ def held(schemas: list[dict], messages: list[dict], profile=None) -> list[dict]:
     for s in out:
         params = s["parameters"]
         properties = params.get("properties", {})
-        if "required" in params:
-            params["required"] = [k for k in params["required"] if not properties.get(k, {}).get(SAID)
-                                  or says_a_value(properties[k], said_last, times_last)]
+        said_now = [k for k, spec in properties.items() if spec.get(SAID) and says_a_value(spec, said_last, times_last)]
+        required = [k for k in params.get("required", ()) if not properties.get(k, {}).get(SAID) or k in said_now]
+        required += [k for k in said_now if k not in required]
+        if required or "required" in params:
+            params["required"] = required
         for spec in properties.values():
             if not spec.get(SAID) or spec.get("type") != "string":
                 continue
