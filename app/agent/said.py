@@ -195,15 +195,13 @@ def _said_in(values, text: str, profile) -> list[str]:
     return [v for v in values if said.says(v)]
 
 
-def says_a_value(spec: dict, said: Said, times: set[str], examples: bool = True) -> bool:
+def says_a_value(spec: dict, said: Said, times: set[str]) -> bool:
     """Whether `said` (with the clock times `times` it holds) says a value an argument of schema `spec` may take:
     a clock time for a clock pattern, else one of its `enum` or `examples` values (a day, a business's service).
-    `held` passes only the times said as clock times: "I want to book one" says no time. examples False: an
-    enum's values and clock times only (a service's alias may be a common word: a bike shop's "service")."""
+    `held` passes only the times said as clock times: "I want to book one" says no time."""
     if spec.get("pattern") == CLOCK_PATTERN:
         return bool(times)
-    values = (*spec.get("enum", ()), *(spec.get("examples", ()) if examples else ()))
-    return any(said.says(v) for v in values if isinstance(v, str))
+    return any(said.says(v) for v in (*spec.get("enum", ()), *spec.get("examples", ())) if isinstance(v, str))
 
 
 def held(schemas: list[dict], messages: list[dict], profile=None) -> list[dict]:
@@ -211,11 +209,10 @@ def held(schemas: list[dict], messages: list[dict], profile=None) -> list[dict]:
     - a required x-said argument may be left out: the caller may not have said it yet, and a call that lacks it
       is answered with what is missing (`settle`), so the model writes the details it has instead of inventing
       the rest;
-    - an x-said argument is written when the caller's latest message says a value it may take (`says_a_value`;
-      an optional one by its enum or a clock time, not by its examples): "a beard trim Thursday at 5:45" makes a
-      call with the service, the day and the time, never one that leaves the service out and then asks the
-      caller for it, and "I can't make it tomorrow" a cancellation for tomorrow; but "what services do you
-      offer?" at a bike shop whose tune-up is also called a "service" asks for no one service's price (`parley eval --dialogues 60`, 2026-12-03: calls exact 82.2% of the salon's
+    - an x-said argument, required or not, is written when the caller's latest message says a value it may take
+      (`says_a_value`): "a beard trim Thursday at 5:45" makes a call with the service, the day and the time,
+      never one that leaves the service out and then asks the caller for it, and "I can't make it tomorrow" a
+      cancellation for tomorrow (`parley eval --dialogues 60`, 2026-12-03: calls exact 82.2% of the salon's
       held-out turns and 70.9% of the bike shop's, against 81.1% and 68.6% when only required arguments were
       held so, and 81.1% and 67.4% before either);
     - an x-said clock time (CLOCK_PATTERN) or enum (a day) is one of the values the caller said last (`latest`),
@@ -238,10 +235,8 @@ def held(schemas: list[dict], messages: list[dict], profile=None) -> list[dict]:
     for s in out:
         params = s["parameters"]
         properties = params.get("properties", {})
-        was = params.get("required", ())
-        said_now = [k for k, spec in properties.items()
-                    if spec.get(SAID) and says_a_value(spec, said_last, times_last, examples=k in was)]
-        required = [k for k in was if not properties.get(k, {}).get(SAID) or k in said_now]
+        said_now = [k for k, spec in properties.items() if spec.get(SAID) and says_a_value(spec, said_last, times_last)]
+        required = [k for k in params.get("required", ()) if not properties.get(k, {}).get(SAID) or k in said_now]
         required += [k for k in said_now if k not in required]
         if required or "required" in params:
             params["required"] = required

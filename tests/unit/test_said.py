@@ -102,8 +102,6 @@ def test_a_call_keeps_the_details_the_callers_latest_words_say():
     messages[-1]["content"] = "Could I get a beard trim Thursday at 5:45 pm?"
     assert required("book_appointment") == ["service", "day", "time"]
     assert required("check_availability") == ["day", "time"]  # an optional detail the caller just said, too
-    messages[-1]["content"] = "how much is a beard trim?"  # an optional service: the model's choice
-    assert required("business_info") == ["topic"]
     messages[-1]["content"] = "This is Tom, I can't make it tomorrow"
     assert required("cancel_appointment") == ["day"]  # the name is no enum: the caller's words decide nothing
     for unsaid in ("I want to book something", "ok I want to book one"):  # "one" is no clock time here
