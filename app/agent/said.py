@@ -138,44 +138,72 @@ def missing_result(missing: list[str]) -> dict:
 
 
 _SENTENCE_START = re.compile(r"(?:^|[.?!]\s+)$")
+_JOINS_RUN = re.compile(r"[\s-]*")  # what may stand between two words of one run: spaces, a hyphen
 
 
-def callers_own_words(messages: list[dict]) -> list[str]:
-    """The words the caller brought to the conversation, as written: every word of their messages but one written
-    in lowercase that the other side (system prompt, the agent's replies and calls, tool results) used before the
-    caller did. A name the caller gives is new to the conversation: "you" or "book" never is one, while
-    "Price" written as a name (capitalized, not starting a sentence) stays one."""
+def callers_own_runs(messages: list[dict]) -> list[list[str]]:
+    """The words the caller brought to the conversation, as written, in the runs they said them in: every word of
+    their messages but one written in lowercase that the other side (system prompt, the agent's replies and calls,
+    tool results) used before the caller did. A name the caller gives is new to the conversation: "you" or "book"
+    never is one, while "Price" written as a name (capitalized, not starting a sentence) stays one. A run ends at
+    a word that is not the caller's own and at punctuation other than a hyphen: "García. Lucía García." holds
+    the runs "García" and "Lucía García"."""
     theirs: set[str] = set()
-    own = []
+    runs: list[list[str]] = []
     for m in messages:
         if m["role"] != "user":  # the words of a tool's name too: "appointment" of book_appointment
             theirs.update(_stem(fold(word)) for word in _WRITTEN_WORD.findall(m["content"]))
             continue
-        text = m["content"]
+        text, run, end = m["content"], [], 0
         for match in _WRITTEN_WORD.finditer(text):
             form = match.group()
             capitalized = form[0].isupper() and not _SENTENCE_START.search(text[:match.start()])
-            if capitalized or _stem(fold(form)) not in theirs:
-                own.append(form)
-    return own
+            own = capitalized or _stem(fold(form)) not in theirs
+            if run and (not own or not _JOINS_RUN.fullmatch(text[end:match.start()])):
+                runs.append(run)
+                run = []
+            if own:
+                run.append(form)
+            end = match.end()
+        if run:
+            runs.append(run)
+    return runs
 
 
-def words_pattern(said: Said, own: list[str] | None = None) -> str | None:
-    """A pattern (for a schema's "pattern") of the strings made of words the conversation said, as they
-    were written, joined by spaces or hyphens (`own`: only those words, when given); the words of a profile's
-    service count when the service was said (by its name or an alias: "kids haircut" for "a haircut for my son").
-    None: nothing said.
+def _run_pattern(run: list[str]) -> str:
+    """A regex of every stretch of consecutive words of `run`, joined by a space or a hyphen; a stretch is never
+    one letter alone (the caller's "I" is no name)."""
+    words = [re.escape(w) for w in run]
+    starts = []
+    for i in range(len(words)):
+        rest = ""
+        for word in reversed(words[i + 1:]):
+            rest = f"(?:[ -]{word}{rest})?"
+        if len(run[i]) == 1:  # a letter goes on to the next word (an initial) or is no stretch at all
+            if i + 1 == len(words):
+                continue
+            rest = rest[3:-2]  # the optional group made required
+        starts.append(words[i] + rest)
+    return "|".join(starts)
+
+
+def words_pattern(said: Said, runs: list[list[str]] | None = None) -> str | None:
+    """A pattern (for a schema's "pattern") of the strings the conversation said, as they were written: a stretch
+    of consecutive words of one of `runs` (default: every message's words, one run each), joined by a space or a
+    hyphen; the words of a profile's service are a run when the service was said (by its name or an alias: "kids
+    haircut" for "a haircut for my son"). None: nothing said. The model writes "Tomasz Wojcik", not a string
+    of its own made of the caller's words ("my-wanna-haircut" from "I wanna get haircuts for me and my kids").
 
     NOTE: with each word also capitalized, the adapter wrote "On Noah" for "This is Noah calling": it had begun a
     name of its own ("O" for "Owen") and "On" was the allowed word that went on from there."""
-    forms = set(_WRITTEN_WORD.findall(" ".join(said.texts)) if own is None else own)
+    runs = [_WRITTEN_WORD.findall(text) for text in said.texts] if runs is None else list(runs)
     for service in getattr(said.profile, "services", ()):
         if said.says(service.name):
-            forms.update(_WRITTEN_WORD.findall(service.name))
-    if not forms:
+            runs.append(_WRITTEN_WORD.findall(service.name))
+    alternatives = sorted({p for p in (_run_pattern(run) for run in runs if run) if p})
+    if not alternatives:
         return None
-    word = "(?:" + "|".join(re.escape(form) for form in sorted(forms)) + ")"
-    return f"^{word}(?:[ -]{word})*$"
+    return "^(?:" + "|".join(alternatives) + ")$"
 
 
 def latest(messages: list[dict], values_in) -> set[str]:
@@ -224,7 +252,7 @@ def held(schemas: list[dict], messages: list[dict], profile=None) -> list[dict]:
       readings ("three thirty": 03:30 or 15:30; "3:30 p.m.": 15:30 alone; the one the business is open at,
       when it is open at one only) but never writes a time nobody said;
     - any other x-said string without a pattern of its own (a name, a service) is made of words the caller said
-      (`words_pattern`, `callers_own_words`): the model picks the caller's words ("Noah Smith"), never a name of
+      (`words_pattern`, `callers_own_runs`): the model picks the caller's words ("Noah Smith"), never a name of
       its own ("Owen Smith", which `settle` would drop, leaving the call to ask for the name again), nor a word
       of the agent's own replies ("got" from "you've got"), nor a word the caller only repeated ("you")."""
     said = Said(conversation_text(messages), profile)
@@ -233,7 +261,7 @@ def held(schemas: list[dict], messages: list[dict], profile=None) -> list[dict]:
     last = next((m["content"] for m in reversed(messages) if m["role"] == "user"), "")
     said_last, times_last = Said([last], profile), times_in(last, open_at, clock_only=True)
     free = words_pattern(Said([m["content"] for m in messages if m["role"] == "user"], profile),
-                         callers_own_words(messages))
+                         callers_own_runs(messages))
     enums: dict[tuple, list[str]] = {}  # the days of every tool that takes one are held alike
     out = json.loads(json.dumps(schemas))
     for s in out:

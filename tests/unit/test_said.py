@@ -245,3 +245,22 @@ def test_a_name_is_made_of_the_callers_own_words_not_the_ones_they_repeat():
     messages[-1]["content"] = "I need an appointment on Thursday. Under Rohan."
     name = _held_property(messages, "book_appointment", "name")["pattern"]
     assert re.fullmatch(name, "Rohan") and not re.fullmatch(name, "appointment")  # a word of a tool's name
+
+
+def test_a_name_is_a_stretch_of_words_the_caller_said_together():
+    """A name or service the caller gave is words they said one after the other: the grammar never lets the
+    model string together a name of its own from words scattered over the call."""
+    import re
+
+    messages = [{"role": "system", "content": "You answer phone calls for a salon. Prices: haircut $35."},
+                {"role": "user", "content": "hey, good morning, I wanna get haircuts for me and my two kids"},
+                {"role": "assistant", "content": "What day would you like?"},
+                {"role": "user", "content": "Saturday, ten-ish. García. Lucía García, J Smith"}]
+    name = _held_property(messages, "book_appointment", "name")["pattern"]
+    assert re.fullmatch(name, "Lucía García") and re.fullmatch(name, "García") and re.fullmatch(name, "J Smith")
+    assert re.fullmatch(name, "wanna get") and re.fullmatch(name, "ten-ish")
+    assert not re.fullmatch(name, "my-wanna-haircut") and not re.fullmatch(name, "kids wanna")
+    assert not re.fullmatch(name, "García Lucía")  # a full stop ends a stretch
+    assert not re.fullmatch(name, "I") and not re.fullmatch(name, "J")  # a letter alone is no name
+    service = _held_property(messages, "book_appointment", "service")["pattern"]
+    assert re.fullmatch(service, "haircut") and not re.fullmatch(service, "be and gonna")
