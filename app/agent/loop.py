@@ -35,32 +35,45 @@ class Agent:
 
     def prompt(self, extra_tokens: int = 0) -> list[dict]:
         """The messages the model sees: system prompt, then the last `max_history_turns` user turns, fewer when
-        they would not fit the model's context with a reply (a call of any length never outgrows it).
+        they would not fit the prompt's budget with a reply (a call of any length never outgrows it).
 
-        max_history_turns 0: every turn since the window last moved, while they fit. When they no longer do, the
-        window moves past the oldest turns until half the context is free, so the turns after it reuse the
-        prompt's KV cache again (the engine keeps its last prompt's longest common prefix): moving one turn at a
-        time would change the prompt's start, and so make each turn prefill the whole history. extra_tokens: room
-        kept besides the reply's (prepare_next: the caller's next words)."""
+        The budget: the model's context less the reply, and at most `max_prompt_tokens` (the adapted brain
+        reads short prompts better: docs/MODELS.md). max_history_turns 0: every turn since the window last moved,
+        while they fit. When they no longer do, the window moves past the oldest turns until half the history's
+        room is free, so the turns after it reuse the prompt's KV cache again (the engine keeps its last prompt's
+        longest common prefix): moving one turn at a time would change the prompt's start, and so make each turn
+        prefill the whole history. extra_tokens: room kept besides the reply's (prepare_next: the caller's next
+        words)."""
         user_idx = [i for i, m in enumerate(self.messages) if m["role"] == "user"]
         system = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
-        fits = getattr(self.engine, "fits", None)
-        keep, reply = self.options.max_history_turns, self.options.max_new_tokens + extra_tokens
+        size = getattr(self.engine, "prompt_ids", None)
+        if size is None:  # an engine that does not say how long a prompt is: the turns asked for
+            keep = self.options.max_history_turns
+            return system + (self.messages[user_idx[-keep]:] if keep and len(user_idx) > keep else self.messages)
+        budget = self.prompt_budget(extra_tokens)
+        fits = lambda messages, limit=budget: len(size(messages)) <= limit  # noqa: E731
+        keep = self.options.max_history_turns
         if keep == 0:
             messages = system + self.messages[self._first:]
-            if fits is None or fits(messages, reply):
+            if fits(messages):
                 return messages
-            room = reply + self.engine.model.args.max_sequence_length // 2
+            half = (budget + len(size(system))) // 2
             starts = [i for i in user_idx if i > self._first]
-            self._first = next((i for i in starts if fits(system + self.messages[i:], room)), starts[-1] if starts
+            self._first = next((i for i in starts if fits(system + self.messages[i:], half)), starts[-1] if starts
                                else self._first)
             return system + self.messages[self._first:]
         starts = user_idx[-keep:] if len(user_idx) > keep else [0] + user_idx[1:]
         for start in starts:
             messages = system + self.messages[start:]
-            if fits is None or fits(messages, reply):
+            if fits(messages):
                 return messages
         return messages  # the last user turn alone: the engine says why it does not fit
+
+    def prompt_budget(self, extra_tokens: int = 0) -> int:
+        """The most prompt tokens a turn's prompt may hold: the model's context less the reply (and
+        extra_tokens), and at most options.max_prompt_tokens when set."""
+        room = self.engine.model.args.max_sequence_length - self.options.max_new_tokens - extra_tokens
+        return min(room, self.options.max_prompt_tokens or room)
 
     def prepare_next(self, cancel: threading.Event | None = None, next_tokens: int = NEXT_TURN_TOKENS) -> bool:
         """Between turns, while the caller hears the reply: when the next turn would not fit the context (its words

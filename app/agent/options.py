@@ -15,6 +15,7 @@ class AgentOptions:
     cache: str = DecodeOptions.cache  # the sampler's KV cache (llm.generate.CACHE_MODES), or "block" (the brain)
     max_tool_rounds: int = 3        # tool calls in one turn before the agent stops asking
     max_history_turns: int = 8      # user turns kept in the prompt; 0: as many as fit (Agent.prompt)
+    max_prompt_tokens: int = 0      # a prompt's budget, system prompt included (0: the model's context less a reply)
     draft_length: int = 0           # cache "block": tokens a pass guessed by prompt lookup and verified (exact)
     # with cache "block" and an engine that has a tokenizer: replies decoded under the tools' schemas
     # (app.agent.schema_grammar), their calls held to the details said (app.agent.said.held)
@@ -26,7 +27,8 @@ class AgentOptions:
         return self.tool_grammar and self.cache == "block"
 
 
-DECODE_FIELDS = ("max_new_tokens", "block_length", "threshold", "cache", "max_history_turns", "draft_length")
+DECODE_FIELDS = ("max_new_tokens", "block_length", "threshold", "cache", "max_history_turns", "max_prompt_tokens",
+                 "draft_length")
 
 
 def agent_options_for(model_dir) -> AgentOptions:

@@ -171,8 +171,11 @@ class SmallContextEngine(FakeEngine):
         super().__init__(lambda m: "Okay.")
         self.model = type("M", (), {"args": type("A", (), {"max_sequence_length": context})()})()
 
+    def prompt_ids(self, messages):
+        return [word for m in messages for word in m["content"].split()]
+
     def fits(self, messages, max_new_tokens):
-        return sum(len(m["content"].split()) for m in messages) + max_new_tokens <= self.model.args.max_sequence_length
+        return len(self.prompt_ids(messages)) + max_new_tokens <= self.model.args.max_sequence_length
 
 
 def test_a_call_of_any_length_keeps_what_fits_and_moves_its_window_rarely():
@@ -190,6 +193,29 @@ def test_a_call_of_any_length_keeps_what_fits_and_moves_its_window_rarely():
     assert firsts[:8] == ["question number 0"] * 8  # nothing dropped while it fits
     moves = sum(a != b for a, b in zip(firsts, firsts[1:]))
     assert 3 <= moves <= 10  # the window moved several turns at a time, not every turn
+
+
+def test_a_prompt_budget_keeps_a_long_call_short_of_the_whole_context(tmp_path):
+    """max_prompt_tokens (generation_config.json): the adapted brain reads a short prompt better than a long one
+    (docs/MODELS.md), so the window keeps the prompt within the budget where the context would hold more."""
+    from app.agent.options import agent_options_for
+
+    engine = SmallContextEngine(context=200)
+    agent = Agent(engine, FakeToolbox(), "sys", AgentOptions(max_new_tokens=10, max_history_turns=0,
+                                                            max_prompt_tokens=30))
+    sizes = []
+    for n in range(40):
+        agent.respond(f"question number {n}")
+        sizes.append(len(engine.prompt_ids(engine.calls[-1])))
+        assert engine.calls[-1][-1]["content"] == f"question number {n}"
+    assert max(sizes) <= 30 and max(sizes) >= 25   # the budget, used
+    assert min(sizes[8:]) >= 12                     # a move keeps half the history's room, not the last turn alone
+    whole = Agent(engine, FakeToolbox(), "sys", AgentOptions(max_new_tokens=10, max_history_turns=0))
+    for n in range(40):
+        whole.respond(f"question number {n}")
+    assert len(engine.prompt_ids(whole.prompt())) > 30  # without a budget, the context is the limit
+    (tmp_path / "generation_config.json").write_text(json.dumps({"max_prompt_tokens": 900}))
+    assert agent_options_for(tmp_path).max_prompt_tokens == 900
 
 
 def test_between_turns_a_long_call_moves_its_window_and_prefills_what_the_next_turn_reads():
