@@ -77,7 +77,7 @@ def _run(engine: Engine, prompt_ids: list[int], decode: DecodeOptions | None, op
     if decode is None:
         return _autoregressive_run(engine, prompt_ids, opts)
     if isinstance(decode, BlockOptions):
-        engine.forget_prefix()  # every run pays its prefill, as the autoregressive row does
+        engine.forget_earlier()  # every run pays its prefill, as the autoregressive row does, and guesses alone
         gen = engine.generate_blocks(prompt_ids, decode)
     else:
         gen = engine.generate_ids(prompt_ids, decode)
@@ -125,7 +125,7 @@ def run_callers(engine: Engine, messages: list[dict], decode: BlockOptions, coun
                 repeats: int) -> list[dict]:
     """Several callers' replies at once against one after another, in the same run (a block engine): each count
     writes that many replies to `messages`, first one after another, then on as many threads at once, whose
-    passes share forwards (llm.passes.PassBatcher). Every reply pays its prefill. Medians of `repeats` after
+    passes share forwards (llm.passes.PassBatcher). Every reply pays its prefill and guesses from its prompt alone. Medians of `repeats` after
     one warm-up."""
     if repeats < 1 or not counts or min(counts) < 1:
         raise ValueError(f"repeats={repeats} and every count of callers {counts} must be >= 1")
@@ -138,14 +138,14 @@ def run_callers(engine: Engine, messages: list[dict], decode: BlockOptions, coun
     for n in counts:
         apart, together, forwards, passes, same = [], [], [], [], True
         for _ in range(repeats + 1):
-            engine.forget_prefix()
+            engine.forget_earlier()
             start = time.perf_counter()
             alone = []
             for _ in range(n):
-                engine.forget_prefix()
+                engine.forget_earlier()
                 alone.append(reply())
             apart.append(time.perf_counter() - start)
-            engine.forget_prefix()
+            engine.forget_earlier()
             batches, asked = engine.batcher.batches, engine.batcher.passes
             start = time.perf_counter()
             with ThreadPoolExecutor(n) as pool:

@@ -16,6 +16,10 @@ from llm.generate import DecodeOptions, ModelDenoiser, SpecialIds, denoise_reply
 from llm.model import Transformer
 from llm.passes import PassBatcher
 
+# a finished generation is remembered for the drafter's guesses with this much of its prompt before it: the
+# assistant header and what preceded it (a tool result's end), where a later reply's start is matched
+REMEMBERED_PROMPT_TOKENS = 8
+
 
 @dataclass
 class Generation:
@@ -181,9 +185,11 @@ class Engine:
         with self._caches.lent(ids) as prefix, self.batcher.joined() as run:
             prefill_prompt(run, prefix, ids, BlockOptions.prefill_chunk, cancel)
 
-    def forget_prefix(self) -> None:
-        """Drop the reused KV caches: the next block generation prefills its whole prompt."""
+    def forget_earlier(self) -> None:
+        """Drop what earlier generations left: the reused KV caches (the next block generation prefills its whole
+        prompt) and the drafter's remembered replies (a benchmark's repeats would guess themselves whole)."""
         self._caches.forget()
+        self.drafter.forget()
 
     @torch.inference_mode()
     def generate_blocks(self, prompt_ids: list[int], opts: BlockOptions, on_block=None, cancel=None,
@@ -196,6 +202,8 @@ class Engine:
             decoded = block_reply(self.model, prompt_ids, self.special, opts, prefix, on_block=streamed.settled,
                                   cancel=cancel, matcher=matcher, drafter=self.drafter if opts.draft_length else None,
                                   run=run)
+        if opts.draft_length and decoded.stopped == "eos":
+            self.drafter.remember(prompt_ids[-REMEMBERED_PROMPT_TOKENS:] + decoded.tokens + list(self.special.stop[:1]))
         return streamed.finish(decoded)
 
     @torch.inference_mode()
