@@ -12,9 +12,9 @@ NOTE: a guessed row is not free on a CPU (a pass over 9 rows cost ~1.8x one over
 with 8 guesses whenever the last two tokens matched, 12.7 s with 4, and 11.5 s (0.89x) guessing as many tokens
 as matched, in as many passes as with 8 (283 against 284).
 
-NOTE: the held-out split (`parley eval --dialogues 60 --threads 2`, one process, 2026-12-03) went from 1.96 to 3.67
-tokens a pass and 755 to 618 ms of LLM a turn (median; replies 452 to 309 ms) when the engine's earlier
-generations were searched too, the same calls and replies: its 60 dialogues share their templates, as a front
+NOTE: the held-out split (`parley eval --dialogues 60 --threads 2`, one process, 2026-12-03) went from 1.96 to 3.76
+tokens a pass and 755 to 560 ms of LLM a turn (median; replies 452 to 280 ms) when the engine's earlier
+generations were searched too (3.67 and 618 ms comparing 8 tokens, not up to 32), the same calls and replies: its 60 dialogues share their templates, as a front
 desk's calls share their replies.
 """
 
@@ -24,9 +24,10 @@ class Drafter:
     a front desk's replies repeat across calls ("You're all set, ...", a tool call's keys), and a guess is verified
     like any other, so a guess from another call never changes what this one writes."""
 
-    def __init__(self, lookup: int = 2, memory: int = 64):
+    def __init__(self, lookup: int = 2, memory: int = 64, reach: int = 32):
         self.lookup = lookup    # the shortest suffix that makes a guess
         self.memory = memory    # earlier generations searched, the latest first
+        self.reach = reach      # the longest suffix compared: of two matches, the longer says more alike
         self._remembered: list[list[int]] = []
 
     def remember(self, ids: list[int]) -> None:
@@ -38,25 +39,28 @@ class Drafter:
         self._remembered = []
 
     def propose(self, ids: list[int], k: int) -> list[int]:
-        """Up to k guessed tokens after ids: what followed the latest earlier occurrence of its longest suffix
-        (of at least `lookup` and at most k tokens), as many tokens as that suffix is long; in ids itself first,
-        then in the remembered generations, the latest first (a longer match wins)."""
+        """Up to k guessed tokens after ids: what followed the earlier occurrence of its longest suffix (of at
+        least `lookup` and at most `reach` tokens; the latest of equals), as many tokens as that suffix is long,
+        at most k; in ids itself first, then in the remembered generations, the latest first (a longer match
+        wins)."""
         end = len(ids) - 1
         if k <= 0 or end < self.lookup:
             return []
-        best, guess = _longest_match(ids, end - 1, ids, k)
+        reach = max(k, self.reach)
+        best, at = _longest_match(ids, end - 1, ids, reach)
+        source = ids
         for earlier in reversed(self._remembered):
-            if best == k:
+            if best == reach:
                 break
-            n, continued = _longest_match(earlier, len(earlier) - 2, ids, k)
+            n, i = _longest_match(earlier, len(earlier) - 2, ids, reach)
             if n > best:
-                best, guess = n, continued
-        return guess if best >= self.lookup else []
+                best, at, source = n, i, earlier
+        return source[at + 1:at + 1 + min(best, k)] if best >= self.lookup else []
 
 
-def _longest_match(seq: list[int], last: int, ids: list[int], k: int) -> tuple[int, list[int]]:
-    """The longest match (at most k tokens) of a suffix of ids ending in seq at or before position `last`, the
-    latest first, and the tokens that followed it there (as many as matched)."""
+def _longest_match(seq: list[int], last: int, ids: list[int], k: int) -> tuple[int, int]:
+    """The longest match (at most k tokens) of a suffix of ids ending in seq at or before position `last` (the
+    latest of equals): (its length, where it ends in seq)."""
     end = len(ids) - 1
     best, at = 0, -1
     for i in range(last, -1, -1):  # i: an earlier copy of the last token, latest first
@@ -69,4 +73,4 @@ def _longest_match(seq: list[int], last: int, ids: list[int], k: int) -> tuple[i
             best, at = n, i
             if best == k:
                 break
-    return best, seq[at + 1:at + 1 + best]
+    return best, at

@@ -18,7 +18,7 @@ from llm.passes import PassBatcher
 
 # a finished generation is remembered for the drafter's guesses with this much of its prompt before it: the
 # assistant header and what preceded it (a tool result's end), where a later reply's start is matched
-REMEMBERED_PROMPT_TOKENS = 8
+REMEMBERED_PROMPT_TOKENS = 32
 
 
 @dataclass
