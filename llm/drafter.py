@@ -2,8 +2,9 @@
 
 A guess costs nothing to be wrong about: the sampler keeps only the tokens the model itself would have chosen,
 so the reply is the same with or without a drafter, in fewer passes when the guesses are good. The guesses are
-prompt lookup: what followed the latest earlier occurrence of the longest suffix of the prompt and the reply so
-far (at least two tokens), as many tokens as that suffix is long. A reply repeats the caller's name, the tool
+prompt lookup: what followed the earlier occurrence of the longest suffix of the prompt and the reply so far (at
+least two tokens, compared up to 32; the latest of equals), as many tokens as that suffix is long, at most the
+pass's draft length; then the same over the engine's earlier generations (`Drafter.remember`). A reply repeats the caller's name, the tool
 result's date and time, the system prompt's address: the longer the words it is repeating, the further ahead
 it is likely to go on repeating them.
 
