@@ -72,8 +72,8 @@ class Agent:
     def prompt_budget(self, extra_tokens: int = 0) -> int:
         """The most prompt tokens a turn's prompt may hold: the model's context less the reply (and
         extra_tokens), and at most options.max_prompt_tokens when set."""
-        room = self.engine.model.args.max_sequence_length - self.options.max_new_tokens - extra_tokens
-        return min(room, self.options.max_prompt_tokens or room)
+        room = self.engine.model.args.max_sequence_length - self.options.max_new_tokens
+        return min(room, self.options.max_prompt_tokens or room) - extra_tokens
 
     def prepare_next(self, cancel: threading.Event | None = None, next_tokens: int = NEXT_TURN_TOKENS) -> bool:
         """Between turns, while the caller hears the reply: when the next turn would not fit the context (its words

@@ -230,18 +230,20 @@ def test_between_turns_a_long_call_moves_its_window_and_prefills_what_the_next_t
         def prefill(self, messages, cancel=None):
             self.prefilled.append(list(messages))
 
-    engine = PrefillingEngine(context=60)
-    agent = Agent(engine, FakeToolbox(), "sys", AgentOptions(max_new_tokens=10, max_history_turns=0, cache="block",
-                                                            tool_grammar=False))
-    moved_by_turns, prompts = 0, []
-    for n in range(40):
-        first = agent._first
-        agent.respond(f"question number {n}")   # 3 words: within the room prepare_next keeps for them
-        moved_by_turns += agent._first != first  # a move the caller waited for
-        if prompts:
-            assert engine.calls[-1][:len(prompts[-1])] == prompts.pop()   # the turn read on from what was held
-        if agent.prepare_next(next_tokens=5):
-            prompts.append(engine.prefilled[-1])
-    assert len(engine.prefilled) >= 3 and moved_by_turns == 0
+    for context, budget in ((60, 0), (200, 30)):   # the context the limit, or a prompt budget within it
+        engine = PrefillingEngine(context=context)
+        agent = Agent(engine, FakeToolbox(), "sys", AgentOptions(max_new_tokens=10, max_history_turns=0,
+                                                                cache="block", tool_grammar=False,
+                                                                max_prompt_tokens=budget))
+        moved_by_turns, prompts = 0, []
+        for n in range(40):
+            first = agent._first
+            agent.respond(f"question number {n}")   # 3 words: within the room prepare_next keeps for them
+            moved_by_turns += agent._first != first  # a move the caller waited for
+            if prompts:
+                assert engine.calls[-1][:len(prompts[-1])] == prompts.pop()   # the turn read on from what was held
+            if agent.prepare_next(next_tokens=5):
+                prompts.append(engine.prefilled[-1])
+        assert len(engine.prefilled) >= 3 and moved_by_turns == 0
     other = Agent(SmallContextEngine(context=60), FakeToolbox(), "sys", AgentOptions(max_history_turns=0))
     assert other.prepare_next() is False   # an engine that holds no KV cache: nothing to prepare
