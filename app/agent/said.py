@@ -232,6 +232,36 @@ def says_a_value(spec: dict, said: Said, times: set[str]) -> bool:
     return any(said.says(v) for v in (*spec.get("enum", ()), *spec.get("examples", ())) if isinstance(v, str))
 
 
+def asked_for(messages: list[dict], schemas: list[dict], said_last: Said, times_last: set[str]) -> dict[str, list[str]]:
+    """{tool: the free x-said details (no enum, examples or pattern: a name) its last call lacked} when the agent
+    asked for them (`missing_result`) and the caller's latest message answers with words of their own and no
+    other detail that call lacked: "it's Dana Okafor" after a call that lacked the service and the name is the
+    name, whatever the agent asked for first, while "a beard trim" is the service. Empty otherwise."""
+    last = max((i for i, m in enumerate(messages) if m["role"] == "user"), default=None)
+    if last is None or len(callers_own_runs(messages[:last + 1])) == len(callers_own_runs(messages[:last])):
+        return {}  # no words of the caller's own in their latest message
+    for m in reversed(messages[:last]):
+        if m["role"] == "user":
+            return {}
+        if m["role"] != "tool":
+            continue
+        try:
+            content = json.loads(m["content"])
+        except json.JSONDecodeError:
+            return {}
+        missing = content.get("result", {}).get("missing") if isinstance(content, dict) else None
+        schema = next((s for s in schemas if s["name"] == content.get("name")), None)
+        if not isinstance(missing, list) or schema is None:
+            return {}
+        properties = schema["parameters"].get("properties", {})
+        specs = {k: properties[k] for k in missing if k in properties}
+        free = [k for k, spec in specs.items() if spec.get(SAID) and not {"enum", "examples", "pattern"} & spec.keys()]
+        if any(says_a_value(spec, said_last, times_last) for k, spec in specs.items() if k not in free):
+            return {}  # the caller answered another detail the call lacked
+        return {schema["name"]: free} if free else {}
+    return {}
+
+
 def held(schemas: list[dict], messages: list[dict], profile=None) -> list[dict]:
     """The schemas as the reply grammar holds a call to them, for `messages`:
     - a required x-said argument may be left out: the caller may not have said it yet, and a call that lacks it
@@ -260,6 +290,7 @@ def held(schemas: list[dict], messages: list[dict], profile=None) -> list[dict]:
     heard = sorted(latest(messages, lambda text: times_in(text, open_at)) or said.times)
     last = next((m["content"] for m in reversed(messages) if m["role"] == "user"), "")
     said_last, times_last = Said([last], profile), times_in(last, open_at, clock_only=True)
+    asked = asked_for(messages, schemas, said_last, times_last)
     free = words_pattern(Said([m["content"] for m in messages if m["role"] == "user"], profile),
                          callers_own_runs(messages))
     enums: dict[tuple, list[str]] = {}  # the days of every tool that takes one are held alike
@@ -268,6 +299,7 @@ def held(schemas: list[dict], messages: list[dict], profile=None) -> list[dict]:
         params = s["parameters"]
         properties = params.get("properties", {})
         said_now = [k for k, spec in properties.items() if spec.get(SAID) and says_a_value(spec, said_last, times_last)]
+        said_now += [k for k in asked.get(s["name"], ()) if k in properties and k not in said_now]
         required = [k for k in params.get("required", ()) if not properties.get(k, {}).get(SAID) or k in said_now]
         required += [k for k in said_now if k not in required]
         if required or "required" in params:

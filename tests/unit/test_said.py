@@ -264,3 +264,24 @@ def test_a_name_is_a_stretch_of_words_the_caller_said_together():
     assert not re.fullmatch(name, "I") and not re.fullmatch(name, "J")  # a letter alone is no name
     service = _held_property(messages, "book_appointment", "service")["pattern"]
     assert re.fullmatch(service, "haircut") and not re.fullmatch(service, "be and gonna")
+
+
+def test_a_name_the_agent_asked_for_is_written_when_the_caller_answers_with_it():
+    """A call that lacked the service and the name was answered with the agent's question for the service; a
+    caller who answers with their name instead gets it in the next call, while one who answers with the service
+    does not get a name made of their words."""
+    messages = [{"role": "user", "content": "can I book one friday at 4pm"},
+                {"role": "assistant", "content": format_tool_call("book_appointment", {"day": "friday", "time": "16:00"})},
+                {"role": "tool", "content": '{"name":"book_appointment","result":{"ok":false,"missing":["service","name"]}}'},
+                {"role": "assistant", "content": "Sure, what service would you like?"},
+                {"role": "user", "content": "it's Dana Okafor"}]
+
+    schemas = Toolbox(PROFILE, open_store(":memory:")).schemas()  # a service's examples: the profile's services
+
+    def required(messages):
+        return next(s for s in held(schemas, messages, PROFILE) if s["name"] == "book_appointment")["parameters"]["required"]
+
+    assert "name" in required(messages)
+    assert "name" not in required(messages[:-1] + [{"role": "user", "content": "a beard trim please"}])
+    assert "name" not in required(messages[:-1] + [{"role": "user", "content": "what service would you like?"}])
+    assert "name" not in required(messages[:2] + [{"role": "user", "content": "it's Dana Okafor"}])  # nobody asked
