@@ -141,16 +141,17 @@ _SENTENCE_START = re.compile(r"(?:^|[.?!]\s+)$")
 _JOINS_RUN = re.compile(r"[\s-]*")  # what may stand between two words of one run: spaces, a hyphen
 
 
-def callers_own_runs(messages: list[dict]) -> list[list[str]]:
-    """The words the caller brought to the conversation, as written, in the runs they said them in: every word of
+def callers_own_runs(messages: list[dict]) -> list[tuple[int, list[str]]]:
+    """The words the caller brought to the conversation, as written, in the runs they said them in, each with the
+    index of its message in `messages`: every word of
     their messages but one written in lowercase that the other side (system prompt, the agent's replies and calls,
     tool results) used before the caller did. A name the caller gives is new to the conversation: "you" or "book"
     never is one, while "Price" written as a name (capitalized, not starting a sentence) stays one. A run ends at
     a word that is not the caller's own and at punctuation other than a hyphen: "García. Lucía García." holds
     the runs "García" and "Lucía García"."""
     theirs: set[str] = set()
-    runs: list[list[str]] = []
-    for m in messages:
+    runs: list[tuple[int, list[str]]] = []
+    for index, m in enumerate(messages):
         if m["role"] != "user":  # the words of a tool's name too: "appointment" of book_appointment
             theirs.update(_stem(fold(word)) for word in _WRITTEN_WORD.findall(m["content"]))
             continue
@@ -160,13 +161,13 @@ def callers_own_runs(messages: list[dict]) -> list[list[str]]:
             capitalized = form[0].isupper() and not _SENTENCE_START.search(text[:match.start()])
             own = capitalized or _stem(fold(form)) not in theirs
             if run and (not own or not _JOINS_RUN.fullmatch(text[end:match.start()])):
-                runs.append(run)
+                runs.append((index, run))
                 run = []
             if own:
                 run.append(form)
             end = match.end()
         if run:
-            runs.append(run)
+            runs.append((index, run))
     return runs
 
 
@@ -232,13 +233,15 @@ def says_a_value(spec: dict, said: Said, times: set[str]) -> bool:
     return any(said.says(v) for v in (*spec.get("enum", ()), *spec.get("examples", ())) if isinstance(v, str))
 
 
-def asked_for(messages: list[dict], schemas: list[dict], said_last: Said, times_last: set[str]) -> dict[str, list[str]]:
+def asked_for(messages: list[dict], schemas: list[dict], own: list[tuple[int, list[str]]], said_last: Said,
+              times_last: set[str]) -> dict[str, list[str]]:
     """{tool: the free x-said details (no enum, examples or pattern: a name) its last call lacked} when the agent
-    asked for them (`missing_result`) and the caller's latest message answers with words of their own and no
-    other detail that call lacked: "it's Dana Okafor" after a call that lacked the service and the name is the
-    name, whatever the agent asked for first, while "a beard trim" is the service. Empty otherwise."""
+    asked for them (`missing_result`) and the caller's latest message answers with words of their own (`own`:
+    callers_own_runs) and no other detail that call lacked: "it's Dana Okafor" after a call that lacked the
+    service and the name is the name, whatever the agent asked for first, while "a beard trim" is the service.
+    Empty otherwise."""
     last = max((i for i, m in enumerate(messages) if m["role"] == "user"), default=None)
-    if last is None or len(callers_own_runs(messages[:last + 1])) == len(callers_own_runs(messages[:last])):
+    if last is None or not any(index == last for index, _ in own):
         return {}  # no words of the caller's own in their latest message
     for m in reversed(messages[:last]):
         if m["role"] == "user":
@@ -290,9 +293,10 @@ def held(schemas: list[dict], messages: list[dict], profile=None) -> list[dict]:
     heard = sorted(latest(messages, lambda text: times_in(text, open_at)) or said.times)
     last = next((m["content"] for m in reversed(messages) if m["role"] == "user"), "")
     said_last, times_last = Said([last], profile), times_in(last, open_at, clock_only=True)
-    asked = asked_for(messages, schemas, said_last, times_last)
+    own = callers_own_runs(messages)
+    asked = asked_for(messages, schemas, own, said_last, times_last)
     free = words_pattern(Said([m["content"] for m in messages if m["role"] == "user"], profile),
-                         callers_own_runs(messages))
+                         [run for _, run in own])
     enums: dict[tuple, list[str]] = {}  # the days of every tool that takes one are held alike
     out = json.loads(json.dumps(schemas))
     for s in out:
