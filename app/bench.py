@@ -47,9 +47,7 @@ def run(services: Services, audio: list[np.ndarray], changes: dict, repeats: int
     for _ in range(repeats):
         # each round guesses from its own replies only: a repeat of the same questions would guess its replies whole
         # from the round before (llm.drafter), which callers asking different things would not
-        forget = getattr(getattr(services.engine, "drafter", None), "forget", None)
-        if forget is not None:
-            forget()
+        services.engine.drafter.forget()
         for question in audio:
             result = asyncio.run(converse(services, question, realtime=True, options=options))
             for metric in METRICS:

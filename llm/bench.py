@@ -125,8 +125,8 @@ def run_callers(engine: Engine, messages: list[dict], decode: BlockOptions, coun
                 repeats: int) -> list[dict]:
     """Several callers' replies at once against one after another, in the same run (a block engine): each count
     writes that many replies to `messages`, first one after another, then on as many threads at once, whose
-    passes share forwards (llm.passes.PassBatcher). Every reply pays its prefill and guesses from its prompt alone. Medians of `repeats` after
-    one warm-up."""
+    passes share forwards (llm.passes.PassBatcher). Every reply pays its prefill and guesses from its prompt
+    alone. Medians of `repeats` after one warm-up."""
     if repeats < 1 or not counts or min(counts) < 1:
         raise ValueError(f"repeats={repeats} and every count of callers {counts} must be >= 1")
     prompt_ids = engine.prompt_ids(messages)

@@ -4,9 +4,9 @@ A guess costs nothing to be wrong about: the sampler keeps only the tokens the m
 so the reply is the same with or without a drafter, in fewer passes when the guesses are good. The guesses are
 prompt lookup: what followed the earlier occurrence of the longest suffix of the prompt and the reply so far (at
 least two tokens, compared up to 32; the latest of equals), as many tokens as that suffix is long, at most the
-pass's draft length; then the same over the engine's earlier generations (`Drafter.remember`). A reply repeats the caller's name, the tool
-result's date and time, the system prompt's address: the longer the words it is repeating, the further ahead
-it is likely to go on repeating them.
+pass's draft length; then the same over the engine's earlier generations (`Drafter.remember`). A reply repeats
+the caller's name, the tool result's date and time, the system prompt's address: the longer the words it is
+repeating, the further ahead it is likely to go on repeating them.
 
 NOTE: a guessed row is not free on a CPU (a pass over 9 rows cost ~1.8x one over 1 here). Over 13 turns of three
 `parley chat` scripts, interleaved 4 times on 2 threads (2026-12-03), the same replies took 12.8 s of LLM time
@@ -15,8 +15,8 @@ as matched, in as many passes as with 8 (283 against 284).
 
 NOTE: the held-out split (`parley eval --dialogues 60 --threads 2`, one process, 2026-12-03) went from 1.96 to 3.76
 tokens a pass and 755 to 560 ms of LLM a turn (median; replies 452 to 280 ms) when the engine's earlier
-generations were searched too (3.67 and 618 ms comparing 8 tokens, not up to 32), the same calls and replies: its 60 dialogues share their templates, as a front
-desk's calls share their replies.
+generations were searched too (3.67 and 618 ms comparing 8 tokens, not up to 32), the same calls and replies:
+its 60 dialogues share their templates, as a front desk's calls share their replies.
 """
 
 

@@ -16,10 +16,6 @@ from llm.generate import DecodeOptions, ModelDenoiser, SpecialIds, denoise_reply
 from llm.model import Transformer
 from llm.passes import PassBatcher
 
-# a finished generation is remembered for the drafter's guesses with this much of its prompt before it: the
-# assistant header and what preceded it (a tool result's end), where a later reply's start is matched
-REMEMBERED_PROMPT_TOKENS = 32
-
 
 @dataclass
 class Generation:
@@ -202,8 +198,8 @@ class Engine:
             decoded = block_reply(self.model, prompt_ids, self.special, opts, prefix, on_block=streamed.settled,
                                   cancel=cancel, matcher=matcher, drafter=self.drafter if opts.draft_length else None,
                                   run=run)
-        if opts.draft_length and decoded.stopped == "eos":
-            self.drafter.remember(prompt_ids[-REMEMBERED_PROMPT_TOKENS:] + decoded.tokens + list(self.special.stop[:1]))
+        if opts.draft_length and decoded.stopped == "eos":  # with as much of its prompt as a match compares
+            self.drafter.remember(prompt_ids[-self.drafter.reach:] + decoded.tokens + list(self.special.stop[:1]))
         return streamed.finish(decoded)
 
     @torch.inference_mode()
