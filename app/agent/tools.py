@@ -47,7 +47,7 @@ SCHEMAS = [
          "name": _SAID, "day": {"type": "string", "enum": list(DAYS), SAID: True}}, "required": ["name"]}},
     {"name": "list_appointments", "description": "The caller's upcoming appointments.",
      "parameters": {"type": "object", "properties": {"name": _SAID}, "required": ["name"]}},
-    {"name": "current_datetime", "description": "Today's date and the time now at the business.",
+    {"name": "current_datetime", "description": "Today's date, the time now and tomorrow's date at the business.",
      "parameters": {"type": "object", "properties": {}}},
     {"name": "transfer_to_human", "description": "Hand the call to a person on the staff.",
      "parameters": {"type": "object", "properties": {}}},
@@ -300,8 +300,9 @@ class Toolbox:
         return {"name": name.strip(), "appointments": [_appointment_text(a) for a in self._upcoming(name)]}
 
     def _current_datetime(self) -> dict:
-        now = self.now()
-        return {"date": date_text(now.date()), "time": time_text(now.time())}
+        now = self.now()  # tomorrow's date too: callers ask it, and a reply should not have to count days
+        return {"date": date_text(now.date()), "time": time_text(now.time()),
+                "tomorrow": date_text(now.date() + timedelta(days=1))}
 
     def _transfer_to_human(self) -> dict:
         return {"action": "transfer_to_human"}

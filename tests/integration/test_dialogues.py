@@ -230,6 +230,7 @@ def test_conversational_turns_go_on_from_the_last_one_in_training_only(profile):
     asks = [re.escape(f).replace(re.escape("{thing}"), ".+") for f in templates.FOLLOW_UP + variants.more(
         templates.FOLLOW_UP)]
     follow_up = re.compile("|".join(f"(?:{a})" for a in asks), re.IGNORECASE)
+    hours_again = re.compile("|".join(re.escape(t.rstrip("?")) for t in templates.HOURS_FOLLOW_UP), re.IGNORECASE)
     follow_ups = twice = compliments = 0
     for d in dialogues:
         users = [i for i, m in enumerate(d.messages) if m["role"] == "user"]
@@ -237,7 +238,7 @@ def test_conversational_turns_go_on_from_the_last_one_in_training_only(profile):
             text = d.messages[i]["content"]
             before, now = _calls(d.messages[users[k - 1]:i]), _calls(d.messages[i:i + 3])
             if follow_up.search(text) and d.intents[k] in ("info", "availability") and before and now \
-                    and now[0][0] == before[-1][0]:
+                    and now[0][0] == before[-1][0] and not hours_again.search(text):
                 (_, args), (_, last) = now[0], before[-1]
                 changed = {key for key in args if args[key] != last.get(key)}
                 assert len(changed) == 1 and changed <= {"service", "day"}, (text, last, args)
@@ -251,6 +252,50 @@ def test_conversational_turns_go_on_from_the_last_one_in_training_only(profile):
     plain = Style(variants=True, ask_by_call=True, more_requests=0.4)
     assert [d.messages for d in generate(profile, "heldout", 80, seed=3, style=DIALOGUES)] == \
         [d.messages for d in generate(profile, "heldout", 80, seed=3, style=plain)]
+
+
+def test_conversational_turns_about_what_the_call_already_holds(profile):
+    """Conversational turns that go on from what the call holds: that day's hours asked again ("and until what
+    time?") repeat the hours call; someone else's booking ("and my wife wants one too, same time, Leila") is
+    made under the name they said, never the caller's, and asked for when not said; of two appointments just
+    listed, the one the caller names is cancelled, not the one they keep; "what day is tomorrow?" is answered
+    with the date tool's `tomorrow`."""
+    from app.commands.adapt import DIALOGUES
+    dialogues = generate(profile, "train", 600, seed=7, style=DIALOGUES)
+    seen = dict.fromkeys(("hours_again", "second_person", "second_asked", "cancel_one", "tomorrow"), 0)
+    hours_again = {t.lower() for t in templates.HOURS_FOLLOW_UP}
+    asks = [re.sub(r"\\{\w+\\}", ".+", re.escape(t[:-1])) for t in
+            templates.SECOND_SAME + templates.SECOND_TIME + templates.SECOND_NO_NAME]
+    second = re.compile("|".join(f"(?:{a})" for a in asks), re.IGNORECASE)
+    for d in dialogues:
+        users = [i for i, m in enumerate(d.messages) if m["role"] == "user"]
+        booked = []
+        for k, i in enumerate(users):
+            end = users[k + 1] if k + 1 < len(users) else len(d.messages)
+            text, turn = d.messages[i]["content"], d.messages[i:end]
+            now, before = _calls(turn), _calls(d.messages[:i])
+            if any(text.lower().endswith(h.lower()) for h in hours_again):
+                assert now == [before[-1]] and before[-1][1]["topic"] == "hours", text
+                seen["hours_again"] += 1
+            if second.search(text) and booked and d.intents[k] == "book":
+                if now and "name" in now[0][1]:
+                    assert now[0][1]["name"] not in booked and now[0][1]["name"].split()[0] in text, text
+                    seen["second_person"] += 1
+                elif now:
+                    assert turn[-1]["content"] == "What name should I put it under?"
+                    seen["second_asked"] += 1
+            match = re.search(r"(?:cancel|drop) (?:the )?(?:one on )?(\w+)\b.*\bkeep (\w+)|keep (\w+)\b.*"
+                              r"\b(?:cancel|drop) (?:the )?(\w+)", text, re.IGNORECASE)
+            if match and d.intents[k] == "cancel":
+                drop = (match.group(1) or match.group(4)).lower()
+                assert now == [("cancel_appointment", {"name": before[-1][1]["name"], "day": drop})], text
+                seen["cancel_one"] += 1
+            if now and now[0][0] == "current_datetime" and "tomorrow" in text.lower():
+                result = json.loads(turn[2]["content"])["result"]
+                assert turn[-1]["content"] == f"Tomorrow is {result['tomorrow']}."
+                seen["tomorrow"] += 1
+            booked += [args["name"] for name, args in now if name == "book_appointment" and "name" in args]
+    assert all(n >= 5 for n in seen.values()), seen
 
 
 def test_other_businesses_are_made_up_per_dialogue_for_training_only(profile):

@@ -21,8 +21,10 @@ SPLITS = ("train", "heldout")
 MAIN = {booking: 40, scenarios.availability: 14, scenarios.cancel: 10, scenarios.look_up: 6,
         scenarios.business_question: 14, scenarios.date_and_time: 3, scenarios.transfer: 3}
 MAIN_SMALL_TALK = {"who_are_you": 3, "out_of_scope": 5}
-# With conversational turns (Style.conversational), small talk that a front desk hears more of.
+# With conversational turns (Style.conversational), small talk that a front desk hears more of, and the requests
+# whose follow-ups are conversational turns (a look-up's cancel, tomorrow's date) a little more often.
 MAIN_SMALL_TALK_CONVERSATIONAL = {**MAIN_SMALL_TALK, "out_of_scope": 10, "compliment": 3}
+MAIN_CONVERSATIONAL = {**MAIN, scenarios.look_up: 10, scenarios.date_and_time: 6}
 
 
 @dataclass(frozen=True)
@@ -54,9 +56,10 @@ def write_dialogue(profile: Profile, split: str, rng: random.Random, style: Styl
     s = Script(profile, split, rng, now, style.variants, style.ask_by_call, style.conversational, kind)
     if rng.random() < 0.25:
         scenarios.small_talk(s, rng.choice(("greeting", "greeting", "how_are_you")))
-    small_talk = MAIN_SMALL_TALK_CONVERSATIONAL if s.conversational else MAIN_SMALL_TALK
-    kinds = list(MAIN) + list(small_talk)
-    weights = list(MAIN.values()) + list(small_talk.values())
+    main, small_talk = (MAIN_CONVERSATIONAL, MAIN_SMALL_TALK_CONVERSATIONAL) if s.conversational else \
+        (MAIN, MAIN_SMALL_TALK)
+    kinds = list(main) + list(small_talk)
+    weights = list(main.values()) + list(small_talk.values())
     for n in range(MAX_REQUESTS):  # no draw at all without more_requests: those dialogues stay as they were written
         if n and (style.more_requests == 0.0 or not rng.random() < style.more_requests):
             break

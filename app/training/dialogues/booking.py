@@ -4,7 +4,7 @@ from datetime import datetime, time, timedelta
 
 from app.agent.profile import WEEKDAYS
 from app.training.dialogues import templates as T
-from app.training.dialogues.replies import ASK_DAY, ASK_NAME, ASK_SERVICE, ask_time
+from app.training.dialogues.replies import ASK_DAY, ASK_NAME, ASK_OTHER_NAME, ASK_SERVICE, ask_time
 from app.training.dialogues.script import Script, sentence
 
 _TIME_TEXT = re.compile(r"(\d{1,2}):(\d{2}) (AM|PM)")
@@ -80,6 +80,8 @@ def booking(s: Script, asked: str | None = None) -> None:
     result = s.call("book_appointment", args)
     if not result["ok"] and s.rng.random() < 0.6:
         retry(s, args, result)
+    elif result["ok"] and s.conversational and s.rng.random() < 0.3:
+        another_person(s, args)
 
 
 def request_text(s: Script, slots: dict, given: set) -> str:
@@ -130,6 +132,42 @@ def ask_missing(s: Script, slots: dict, given: set, args: dict) -> None:
             s.ask(ASK_NAME, "book_appointment", known)
             s.user(s.pick(T.ANSWER_NAME).format(name=s.said_name(slots["name"])), "book")
         given.add(slot)
+
+
+def another_person(s: Script, args: dict) -> None:
+    """Someone else in the call wants one too (Style.conversational), booked under their own name: at the same
+    time (taken now: one of the nearest free times offered is taken for them), or at a time of their own, maybe
+    for another service. When the caller does not say their name, the agent asks for it."""
+    who = s.pick(list(T.WHO))
+    them = T.WHO[who]
+    name = s.name()
+    if " " in args["name"] and " " not in name and s.rng.random() < 0.6:
+        name = f"{name} {args['name'].split()[-1]}"  # family
+    other = dict(args, name=name)
+    r = s.rng.random()
+    if r < 0.45:
+        s.user(s.pick(T.SECOND_SAME).format(who=who, name=name), "book")
+    elif r < 0.6:
+        s.user(s.pick(T.SECOND_NO_NAME).format(who=who), "book")
+        s.ask(ASK_OTHER_NAME, "book_appointment", {k: v for k, v in other.items() if k != "name"})
+        s.user(s.pick(T.ANSWER_NAME).format(name=s.said_name(name)), "book")
+    else:
+        template = s.pick(T.SECOND_TIME)
+        service_said = ""
+        if "{service}" in template:
+            other["service"], service_said = s.service()
+        known = s.profile.service(other["service"])
+        starts = s.free_times(args["day"], known.duration_min if known else 30)
+        start = s.rng.choice([t for t in starts if t.strftime("%H:%M") != args["time"]] or starts)
+        other["time"] = start.strftime("%H:%M")
+        s.user(template.format(who=who, name=name, time=s.say_time(start.time()), service=service_said), "book")
+    result = s.call("book_appointment", other)
+    if not result["ok"] and "nearest" in result["error"]:
+        start = offered_time(s, result["error"], other)
+        if start is None:
+            return
+        s.user(s.pick(T.ALTERNATIVE_FOR).format(time=s.say_time(start), them=them), "book")
+        s.call("book_appointment", dict(other, time=start.strftime("%H:%M")))
 
 
 def retry(s: Script, args: dict, result: dict) -> None:

@@ -85,6 +85,8 @@ def time_forms(hour: int, minute: int, ampm_implied: bool) -> list[str]:
     h = spoken_hour(hour)
     suffixes = ["p.m.", "pm", "PM"] if hour >= 12 else ["a.m.", "am", "AM"]
     part = "in the morning" if hour < 12 else ("in the afternoon" if hour < 18 else "in the evening")
+    if minute % 15:  # off the quarter-hour grid (a free range after a made-up business's 50-minute service)
+        return [f"{h}:{minute:02d} {suffix}" for suffix in suffixes] + [f"{h}:{minute:02d}"] * ampm_implied
     word_h = NUMBER_WORDS[h]
     forms = []
     for suffix in suffixes:

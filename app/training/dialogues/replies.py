@@ -9,6 +9,7 @@ CAPABILITIES = ("I can help you book, check or cancel appointments, and answer q
 ASK_SERVICE = "Sure, what service would you like?"
 ASK_DAY = "What day would you like to come in?"
 ASK_NAME = "Can I have your name, please?"
+ASK_OTHER_NAME = "What name should I put it under?"  # someone else's booking in the same call
 ASK_NAME_FOR_LOOKUP = "Sure, what name is the appointment under?"
 ASK_CANCEL_DAY = "Which day should I cancel?"
 

@@ -15,7 +15,8 @@ from app.training.dialogues.replies import reply_to
 Booking = tuple[str, str, datetime, int]  # name, service, local start, duration_min
 
 _LOWER_FIRST = set("""can could what how do is are when where please yes yeah okay let's just the my it's this hi
-hello that's thanks thank cancel any would sure perfect great fine then so good hey at""".split())
+hello that's thanks thank cancel any would sure perfect great fine then so good hey at and oh also actually
+keep till until which sorry hmm same""".split())
 _NO_TAIL = {"thanks", "goodbye", "greeting", "how_are_you"}  # small talk that a tail would turn into another
 
 
@@ -187,12 +188,13 @@ class Script:
             self.dialogue.messages.append(tool_message(tool, missing_result(lacking(schema, known))))
         self.say(question)
 
-    def call(self, tool: str, arguments: dict) -> dict:
-        """The assistant calls `tool`; the real tool runs; its result is fed back; the grounded reply follows."""
+    def call(self, tool: str, arguments: dict, reply=None) -> dict:
+        """The assistant calls `tool`; the real tool runs; its result is fed back; the grounded reply follows
+        (replies.reply_to's, or `reply(result)`'s)."""
         self.dialogue.messages.append({"role": "assistant", "content": format_tool_call(tool, arguments)})
         result = self.toolbox.call(tool, arguments)
         self.dialogue.messages.append(tool_message(tool, result))
-        self.say(reply_to(tool, arguments, result, self.profile.name))
+        self.say(reply(result) if reply else reply_to(tool, arguments, result, self.profile.name))
         return result
 
     def finish(self) -> Dialogue:
