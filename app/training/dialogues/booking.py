@@ -158,6 +158,8 @@ def another_person(s: Script, args: dict) -> None:
             other["service"], service_said = s.service()
         known = s.profile.service(other["service"])
         starts = s.free_times(args["day"], known.duration_min if known else 30)
+        if not starts:  # the day's last start was theirs
+            return
         start = s.rng.choice([t for t in starts if t.strftime("%H:%M") != args["time"]] or starts)
         other["time"] = start.strftime("%H:%M")
         s.user(template.format(who=who, name=name, time=s.say_time(start.time()), service=service_said), "book")
