@@ -2,7 +2,7 @@
 
 Junk between good frames is ignored and counted; an oversized message closes that socket with a reason; a call over
 `max_sessions` hears an apology from the webhook, and a stream that comes anyway gets 503. The speech models are
-the real bundled ones; the language model is a test double that never speaks first.
+the real bundled ones; the language model is a test double with one reply.
 """
 import asyncio
 import base64
@@ -27,7 +27,7 @@ from tests.rtc_helpers import serve_in_thread
 
 @pytest.fixture(scope="module")
 def phone(transcriber, synthesizer):
-    """A server with the real speech models, a one-line LLM and two lines; yields (host, app)."""
+    """A server with the real speech models, a one-line LLM and room for two calls; yields (host, app)."""
     engine = FakeEngine(lambda messages: "Of course, please go ahead.", block_words=4)
     services = Services(transcriber, synthesizer, engine, FakeToolbox({}), system_prompt=None, ready=True)
     app = create_app(Settings(max_sessions=2), services)
