@@ -61,12 +61,14 @@ class Matcher(Protocol):
     def accept(self, token: int) -> bool: ...
 
 
-def forced(matcher: Matcher) -> int | None:
-    """The one token the grammar allows next, if it allows exactly one."""
-    allowed = matcher.allowed()
-    if int(allowed.sum()) != 1:
-        return None
-    return int(allowed.nonzero()[0, 0])
+def forced(matcher: Matcher, stop: tuple[int, ...] = ()) -> int | None:
+    """The one token the grammar allows next, if it allows exactly one; or the first of the stop ids, if it
+    allows nothing else (after a call's `</tool_call>` it allows the end of turn and the end of text: the reply
+    is over either way)."""
+    allowed = matcher.allowed().nonzero()[:, 0].tolist()
+    if len(allowed) == 1 or allowed and set(allowed) <= set(stop):
+        return allowed[0]
+    return None
 
 
 @dataclass
@@ -179,7 +181,7 @@ def block_reply(model: Transformer, prompt: list[int], special: SpecialIds, opts
                 break
             new.append(token)
         while matcher is not None and not stopped and new and len(tokens) + len(new) < opts.max_new_tokens:
-            token = forced(matcher)  # the only token the grammar allows: the model's choice, whatever its logits
+            token = forced(matcher, special.stop)  # the only one the grammar allows: the model's, whatever its logits
             if token is None:
                 break
             matcher.accept(token)

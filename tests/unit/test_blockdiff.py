@@ -86,6 +86,44 @@ def test_tokens_the_grammar_forces_are_committed_without_a_pass_and_change_nothi
     assert forced_runs >= 1 and fast.passes <= slow.passes - 3 * forced_runs + 3
 
 
+class EndsAfter:
+    """A grammar that allows any token but stops for `n` tokens, then only the stop ids `stops` (and, with
+    `masks_too`, the mask id, which the sampler never chooses: so the end is never forced)."""
+
+    def __init__(self, n, stops, masks_too=False):
+        self.n, self.stops, self.masks_too, self.seen = n, stops, masks_too, 0
+
+    def allowed(self):
+        allowed = torch.zeros(64, dtype=torch.bool)
+        if self.seen < self.n:
+            allowed[2:60] = True
+        else:
+            allowed[list(self.stops)] = True
+            allowed[MASK] = self.masks_too
+        return allowed
+
+    def accept(self, token):
+        ok = token != MASK and bool(self.allowed()[token])
+        self.seen += ok
+        return ok
+
+
+@torch.no_grad()
+def test_an_end_the_grammar_leaves_no_choice_but_is_committed_without_a_pass():
+    """After a call's `</tool_call>` the grammar allows the end of turn and the end of text, nothing else: the
+    reply ends there, without a pass to choose between two ways of ending."""
+    model = tiny()
+    special = SpecialIds(mask=MASK, stop=(STOP, 0))
+    opts = BlockOptions(max_new_tokens=40, block_length=1, threshold=1.0)
+    fast = block_reply(model, prompt(), special, opts, PrefixCache(model.new_cache(1, 256)),
+                       matcher=EndsAfter(6, special.stop))
+    slow = block_reply(model, prompt(), special, opts, PrefixCache(model.new_cache(1, 256)),
+                       matcher=EndsAfter(6, special.stop, masks_too=True))
+    assert fast.tokens == slow.tokens and len(fast.tokens) == 6
+    assert fast.stopped == slow.stopped == "eos"
+    assert fast.passes == slow.passes - 1 == 6
+
+
 class Oracle:
     """A drafter that knows the reply (`truth`, after `prompt_len` prompt tokens) and gets every `wrong`-th
     guess wrong."""
