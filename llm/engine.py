@@ -2,7 +2,7 @@
 import threading
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 import torch
@@ -12,7 +12,7 @@ from llm import chat
 from llm.blockdiff import (BlockOptions, Matcher, PrefixCache, block_reply, next_token_logits, prefill_prompt,
                            shared_length)
 from llm.drafter import Drafter
-from llm.generate import DecodeOptions, ModelDenoiser, SpecialIds, denoise_reply
+from llm.generate import Decoded, DecodeOptions, ModelDenoiser, SpecialIds, denoise_reply
 from llm.model import Transformer
 from llm.passes import PassBatcher
 
@@ -25,6 +25,7 @@ class Generation:
     seconds: float
     first_block_s: float  # time to the first on_block call (the whole run when no block settled)
     stopped: str          # "eos", "length" or "cancelled"
+    ids: list[int] = field(default_factory=list)  # the reply's token ids (a block engine's; `written` included)
 
 
 class TextStream:
@@ -74,7 +75,7 @@ class _Streamed:
         seconds = time.perf_counter() - self.start
         return Generation(text=self.stream.text, passes=decoded.passes, tokens=len(decoded.tokens), seconds=seconds,
                           first_block_s=seconds if self.first_block_s is None else self.first_block_s,
-                          stopped=decoded.stopped)
+                          stopped=decoded.stopped, ids=self.stream.ids)
 
 
 def _cache_mode(use_cache) -> str:
@@ -126,25 +127,27 @@ class Engine:
         return self.tokenizer.encode(text, add_special_tokens=False)
 
     def generate(self, messages: list[dict], *, max_new_tokens: int = DecodeOptions.max_new_tokens,
-                 block_length: int = DecodeOptions.block_length, threshold: float = DecodeOptions.threshold, steps: int | None = None, temperature: float = 0.0,
+                 block_length: int = DecodeOptions.block_length, threshold: float = DecodeOptions.threshold,
+                 steps: int | None = None, temperature: float = 0.0,
                  on_block: Callable[[str], None] | None = None, cancel: threading.Event | None = None,
                  use_cache: bool | str = True, seed: int | None = None, stop_at_eos: bool = True,
-                 matcher: Matcher | None = None, draft_length: int = 0) -> Generation:
+                 matcher: Matcher | None = None, draft_length: int = 0, written: list[int] = ()) -> Generation:
         """The assistant's reply to messages; on_block(text) gets each block's new text as soon as it settles.
 
         use_cache: True/"prefix" (Fast-dLLM prefix cache), "dual" (prefix and suffix), False/"none", or
         "block": block diffusion on a left-to-right model with an exact, reused KV cache
         (llm.blockdiff); matcher: the reply grammar's state (app.agent.schema_grammar), which judges every commit;
         draft_length: up to this many tokens a pass guessed by the engine's drafter (prompt lookup) and verified,
-        which changes the passes, not the reply.
+        which changes the passes, not the reply; written: the ids of a reply begun earlier on these messages and
+        stopped (a draft's Generation.ids), which the reply goes on from (see generate_blocks).
         """
         if use_cache == "block":
             return self.generate_blocks(self.prompt_ids(messages), BlockOptions(
                 max_new_tokens=max_new_tokens, block_length=block_length, threshold=threshold,
                 stop_at_eos=stop_at_eos, draft_length=draft_length), on_block=on_block, cancel=cancel,
-                matcher=matcher)
-        if matcher is not None:
-            raise ValueError(f"a reply grammar's matcher needs use_cache='block', not {use_cache!r}")
+                matcher=matcher, written=written)
+        if matcher is not None or written:
+            raise ValueError(f"a reply grammar's matcher and a written start need use_cache='block', not {use_cache!r}")
         opts = DecodeOptions(max_new_tokens=max_new_tokens, block_length=block_length, threshold=threshold,
                              steps=steps, temperature=temperature, cache=_cache_mode(use_cache),
                              stop_at_eos=stop_at_eos)
@@ -189,17 +192,29 @@ class Engine:
 
     @torch.inference_mode()
     def generate_blocks(self, prompt_ids: list[int], opts: BlockOptions, on_block=None, cancel=None,
-                        matcher: Matcher | None = None) -> Generation:
+                        matcher: Matcher | None = None, written: list[int] = ()) -> Generation:
         """generate(use_cache="block") on an already tokenized prompt; generations on other threads at the same
-        time share their passes' forwards with this one (PassBatcher)."""
+        time share their passes' forwards with this one (PassBatcher).
+
+        written: the first ids of the reply, already written (a draft stopped at its first phrase): on_block gets
+        their text at once, and the reply goes on after them as the model's greedy decoding would have, their
+        keys mostly in a reused cache already; matcher, if any, has accepted them. The Generation's text and ids
+        hold them, its tokens, passes and seconds count only what this call wrote."""
+        written = list(written)
         self._check_fits(len(prompt_ids), opts.max_new_tokens)
         streamed = _Streamed(self.tokenizer, on_block)
-        with self._caches.lent(prompt_ids) as prefix, self.batcher.joined() as run:
-            decoded = block_reply(self.model, prompt_ids, self.special, opts, prefix, on_block=streamed.settled,
-                                  cancel=cancel, matcher=matcher, drafter=self.drafter if opts.draft_length else None,
-                                  run=run)
+        if written:
+            streamed.settled(written)
+        left = opts.max_new_tokens - len(written)
+        if left < 1:  # written to the length already
+            return streamed.finish(Decoded([], 0, "length"))
+        prompt = prompt_ids + written
+        with self._caches.lent(prompt) as prefix, self.batcher.joined() as run:
+            decoded = block_reply(self.model, prompt, self.special, replace(opts, max_new_tokens=left), prefix,
+                                  on_block=streamed.settled, cancel=cancel, matcher=matcher,
+                                  drafter=self.drafter if opts.draft_length else None, run=run)
         if opts.draft_length and decoded.stopped == "eos":  # with as much of its prompt as a match compares
-            self.drafter.remember(prompt_ids[-self.drafter.reach:] + decoded.tokens + list(self.special.stop[:1]))
+            self.drafter.remember(prompt[-self.drafter.reach:] + decoded.tokens + list(self.special.stop[:1]))
         return streamed.finish(decoded)
 
     @torch.inference_mode()

@@ -56,9 +56,13 @@ def last_user(messages: list[dict]) -> str:
 class FakeToolbox:
     """Records calls; answers from a dict of name -> result."""
 
-    def __init__(self, results: dict[str, dict] | None = None):
+    def __init__(self, results: dict[str, dict] | None = None, read_only: tuple[str, ...] = ()):
         self.results = results or {}
         self.calls: list[tuple[str, dict]] = []
+        self._read_only = read_only   # the tools a draft may run (app.agent.tools.Toolbox.read_only)
+
+    def read_only(self, name: str) -> bool:
+        return name in self._read_only
 
     def schemas(self) -> list[dict]:
         return [{"name": n, "description": n, "parameters": {"type": "object"}} for n in self.results]

@@ -8,6 +8,7 @@ calls held to the details the conversation said (app.agent.said).
 """
 import logging
 import threading
+from dataclasses import dataclass, field
 
 from app.agent import schema_grammar
 from app.agent.options import AgentOptions
@@ -19,6 +20,19 @@ from app.agent.speech_filter import SpeechFilter
 log = logging.getLogger(__name__)
 
 NEXT_TURN_TOKENS = 64   # room prepare_next keeps for the caller's next words (a spoken turn is rarely longer)
+
+
+@dataclass
+class DraftStep:
+    """One generation of a drafted turn, and the results of the calls it made when the draft ran them."""
+    generation: object          # llm.engine.Generation; "cancelled": stopped early, the turn goes on from its ids
+    results: list | None = None  # per call (Agent._settled's order): its result, or None for one lacking details
+
+
+@dataclass
+class DraftedTurn:
+    """A turn's first generations, written during the caller's silence (Agent.draft) for `respond` to start from."""
+    steps: list[DraftStep] = field(default_factory=list)
 
 
 class Agent:
@@ -92,27 +106,41 @@ class Agent:
         return moved
 
     def _generate(self, messages: list[dict], on_block=None, cancel: threading.Event | None = None,
-                  speech_only: bool = False):
+                  speech_only: bool = False, resume=None):
         """The model's next message; with the embedded brain, its tool calls held to the tools' schemas, and
-        with speech_only, no call at all."""
+        with speech_only, no call at all. resume: a generation on the same messages that stopped early (a
+        draft's), which this one goes on from (the embedded brain; any other starts over)."""
         opts = self.options
         if opts.cache == "block":  # the embedded SmolLM2 brain: its calls are held to the tools' schemas
             replies = self._reply_grammar(messages, speech_only=speech_only)
+            matcher = None if replies is None else replies.start()
+            written = list(getattr(resume, "ids", None) or [])
+            if matcher is not None and not all(matcher.accept(t) for t in written):
+                matcher, written = replies.start(), []  # not this grammar's start: written again
+            resumed = {"written": written} if written else {}
             return self.engine.generate(messages, max_new_tokens=opts.max_new_tokens, block_length=opts.block_length,
                                         threshold=opts.threshold, use_cache="block", on_block=on_block,
-                                        cancel=cancel, matcher=None if replies is None else replies.start(),
-                                        draft_length=opts.draft_length)
+                                        cancel=cancel, matcher=matcher, draft_length=opts.draft_length, **resumed)
         return self.engine.generate(messages, max_new_tokens=opts.max_new_tokens, block_length=opts.block_length,
                                     threshold=opts.threshold, use_cache=opts.cache, on_block=on_block, cancel=cancel)
 
-    def _settled(self, calls: list[tuple[str, dict]]) -> list[tuple[str, dict, list[str]]]:
-        """Each call with what it lacks: with the embedded brain, less the x-said arguments nobody said, and the
-        required arguments it then lacks (app.agent.said.settle); a call that lacks some is not run."""
+    def _settled(self, calls: list[tuple[str, dict]], messages: list[dict] | None = None
+                 ) -> list[tuple[str, dict, list[str]]]:
+        """Each call with what it lacks: with the embedded brain, less the x-said arguments nobody said in
+        `messages` (the prompt's by default), and the required arguments it then lacks (app.agent.said.settle);
+        a call that lacks some is not run."""
         if self.options.cache != "block":
             return [(name, arguments, []) for name, arguments in calls]
-        messages, schemas = self.prompt(), self.toolbox.schemas()
+        messages, schemas = messages or self.prompt(), self.toolbox.schemas()
         return [(name, *settle(name, arguments, schemas, messages, self.toolbox.profile)) if name
                 else (name, arguments, []) for name, arguments in calls]
+
+    def _written(self, gen, calls, spoken: str, settled) -> dict:
+        """The assistant message a generation leaves in the history: its calls as held, when it is only calls."""
+        written = gen.text.strip()
+        if self.options.cache == "block" and calls and all(name for name, _ in calls) and not spoken:
+            written = "".join(format_tool_call(name, arguments) for name, arguments, _ in settled)  # as held
+        return {"role": "assistant", "content": written}
 
     def _reply_grammar(self, messages: list[dict], speech_only: bool = False):
         """The reply grammar of this engine's tokenizer and these tools (app.agent.schema_grammar) for `messages`, its
@@ -121,34 +149,73 @@ class Agent:
         if not self.options.holds_calls or tokenizer is None:
             return None
         schemas = [] if speech_only else held(self.toolbox.schemas(), messages, self.toolbox.profile)
-        return schema_grammar.grammar_for(tokenizer, schemas, self.engine.special.stop, self.engine.model.args.vocab_size)
+        return schema_grammar.grammar_for(tokenizer, schemas, self.engine.special.stop,
+                                          self.engine.model.args.vocab_size)
 
-    def draft(self, user_text: str, cancel: threading.Event | None = None):
-        """The model's first answer to `user_text`, computed without touching the history or running tools.
+    @property
+    def resumes_drafts(self) -> bool:
+        """Whether `respond` goes on from a drafted generation that was stopped (the embedded brain's block
+        decoding) rather than writing it again."""
+        return self.options.cache == "block"
+
+    def draft(self, user_text: str, cancel=None, on_text=None) -> DraftedTurn:
+        """The turn's answer to `user_text` as far as it can go without changing anything: the history stays as
+        it is, and tools run only when every call of a generation is to a tool that only reads
+        (Toolbox.read_only: the hours, a price, the free times) or lacks details (not run), whose results the
+        next generation reads. A call that would change something (a booking) ends the draft before it runs.
 
         The session drafts during the user's end-of-turn silence; if the turn really ends with these words,
-        `respond(..., first=draft)` uses it instead of generating again.
+        `respond(..., first=draft)` starts from it. on_text gets the spoken text as `respond`'s does; `cancel`
+        (is_set) may stop the draft at any point (the session stops it once its first phrase is written), and
+        the turn goes on from there.
         """
-        return self._generate(self.prompt() + [{"role": "user", "content": user_text}], cancel=cancel)
+        messages = self.prompt() + [{"role": "user", "content": user_text}]
+        read_only = getattr(self.toolbox, "read_only", lambda name: False)
+        turn, lacking = DraftedTurn(), False
+        for _ in range(self.options.max_tool_rounds + 1):
+            speech = SpeechFilter(on_text)
+            gen = self._generate(messages, on_block=speech.feed, cancel=cancel, speech_only=lacking)
+            speech.finish()
+            step = DraftStep(gen)
+            turn.steps.append(step)
+            calls, spoken = parse_tool_calls(gen.text)
+            if gen.stopped == "cancelled" or not calls:
+                break
+            settled = self._settled(calls, messages)
+            if not all(missing or read_only(name) for name, _, missing in settled):
+                break   # a call that changes something runs once the turn is sure
+            step.results = [None if missing else self._call_tool(name, arguments)
+                            for name, arguments, missing in settled]
+            messages = messages + [self._written(gen, calls, spoken, settled)] + [
+                tool_message(name, missing_result(missing) if missing else result)
+                for (name, _, missing), result in zip(settled, step.results)]
+            lacking = any(missing for _, _, missing in settled)
+        return turn
 
     def respond(self, user_text: str, on_text=None, on_tool=None, cancel: threading.Event | None = None,
                 first=None) -> TurnResult:
         """Answer one user turn; `on_text` gets spoken text as each block settles, `on_tool` each ToolCall.
 
-        `first` is a finished `draft(user_text)` to use as the first generation.
+        `first` is a DraftedTurn of `draft(user_text)` to start from: its finished generations and the results of
+        the calls they made are the turn's, and a generation it stopped goes on from where it stopped.
         """
         opts = self.options
         turn = TurnResult(reply="")
         with self._lock:
             self.messages.append({"role": "user", "content": user_text})
+        drafted = list(first.steps) if first is not None else []
         lacking = False
         for _ in range(opts.max_tool_rounds + 1):
             speech = SpeechFilter(on_text)
-            if first is not None and first.stopped != "cancelled":
-                gen, first = first, None                   # drafted during the user's silence
+            step = drafted.pop(0) if drafted else None
+            if step is not None and step.generation.stopped != "cancelled":
+                gen = step.generation                       # drafted during the user's silence
                 speech.feed(gen.text)
             else:  # after a call that lacked details, a question for them, not the same call again
-                gen = self._generate(self.prompt(), on_block=speech.feed, cancel=cancel, speech_only=lacking)
+                if step is not None:
+                    turn.count(step.generation)             # the draft's share of the generation it goes on from
+                gen = self._generate(self.prompt(), on_block=speech.feed, cancel=cancel, speech_only=lacking,
+                                     resume=None if step is None else step.generation)
             speech.finish()
             turn.count(gen)
             calls, spoken = parse_tool_calls(gen.text)
@@ -160,20 +227,20 @@ class Agent:
                         self.messages.append({"role": "assistant", "content": spoken})
                 return turn
             settled = self._settled(calls)
-            written = gen.text.strip()
-            if self.options.cache == "block" and calls and all(name for name, _ in calls) and not spoken:
-                written = "".join(format_tool_call(name, arguments) for name, arguments, _ in settled)  # as held
             with self._lock:
-                self.messages.append({"role": "assistant", "content": written})
+                self.messages.append(self._written(gen, calls, spoken, settled))
             if not calls:
                 return turn
-            for name, arguments, missing in settled:
+            results = [None] * len(settled)
+            if step is not None and step.results is not None and len(step.results) == len(settled):
+                results = step.results                      # the draft ran them (tools that only read)
+            for (name, arguments, missing), drafted_result in zip(settled, results):
                 if missing:  # not run: the model hears what the caller has not said yet, and asks for it
                     lacking = True
                     with self._lock:
                         self.messages.append(tool_message(name, missing_result(missing)))
                     continue
-                result = self._call_tool(name, arguments)
+                result = drafted_result if drafted_result is not None else self._call_tool(name, arguments)
                 call = ToolCall(name, arguments, result)
                 turn.tool_calls.append(call)
                 with self._lock:

@@ -115,6 +115,9 @@ class Toolbox:
     one method (in a subclass, or here), and every model, grammar and API sees it through `schemas()`."""
 
     TOOLS = SCHEMAS
+    # tools that only read (MCP's readOnlyHint): a turn's draft may run them while the caller may still go on
+    # (app.agent.loop.Agent.draft); any other runs once the turn is the caller's
+    READ_ONLY = frozenset({"business_info", "check_availability", "list_appointments", "current_datetime"})
 
     def __init__(self, profile: Profile, store: Store, now: Callable[[], datetime] | None = None):
         self.profile, self.store = profile, store
@@ -128,6 +131,10 @@ class Toolbox:
             if service is not None:
                 service["examples"] = [x.name for x in self.profile.services]
         return schemas
+
+    def read_only(self, name: str) -> bool:
+        """Whether tool `name` changes nothing (its result may be drafted before the turn is sure)."""
+        return name in self.READ_ONLY
 
     def now(self) -> datetime:
         """Naive local wall-clock time of the business."""

@@ -5,6 +5,7 @@ import json
 import sqlite3
 import subprocess
 import sys
+import threading
 from datetime import datetime, timedelta
 
 import pytest
@@ -14,7 +15,9 @@ from app.agent.options import agent_options_for
 from app.agent.profile import WEEKDAYS, load_profile
 from app.agent.store import open_store
 from app.agent.tools import Toolbox, system_prompt
+from app.pipeline.session import SessionOptions
 from app.settings import REPO_ROOT, SMOLLM2_ADAPTER_DIR
+from speech.tts import ClauseSplitter
 
 pytestmark = pytest.mark.slow
 BIKE_SHOP = REPO_ROOT / "app" / "profiles" / "bike_repair.yaml"
@@ -110,6 +113,42 @@ def test_a_name_given_before_the_request_is_booked_under_it(brain):
     turn = agent_for(brain).respond("Hi, this is Noah Smith. Could I get a haircut tomorrow at 3:30 p.m.?")
     assert calls(turn) == [("book_appointment", {"name": "Noah Smith", "day": "tomorrow", "time": "15:30",
                                                  "service": "haircut"})]
+
+
+def drafted_to_first_phrase(agent, text):
+    """agent.draft(text) stopped as the session stops it: once the first phrase of its speech is written."""
+    phrased, spoken = threading.Event(), []
+
+    def on_text(piece):
+        spoken.append(piece)
+        if ClauseSplitter(SessionOptions().first_phrase_words).push("".join(spoken)):
+            phrased.set()
+
+    return agent.draft(text, phrased, on_text), "".join(spoken)
+
+
+def test_a_turn_goes_on_from_a_draft_stopped_at_its_first_phrase(brain):
+    """The session drafts through the tools that only read and stops at the reply's first phrase; the turn goes on
+    from there and says what it would have said without the draft. A booking waits for the turn."""
+    question = "Hi, um, how much is a haircut?"
+    plain = agent_for(brain).respond(question)
+    agent = agent_for(brain)
+    drafted, phrase = drafted_to_first_phrase(agent, question)
+    assert [s.generation.stopped for s in drafted.steps] == ["eos", "cancelled"]  # the price, then its phrase
+    assert drafted.steps[0].results[0]["price"] == "$35" and agent.messages == []
+    pieces = []
+    turn = agent.respond(question, on_text=pieces.append, first=drafted)
+    assert pieces[0].startswith(phrase.strip()) and turn.reply == plain.reply and calls(turn) == calls(plain)
+    assert "$35" in turn.reply
+
+    agent = agent_for(brain)
+    booking = "Can I get a haircut tomorrow at 3 pm? My name is Noah Smith."
+    drafted, _ = drafted_to_first_phrase(agent, booking)
+    assert len(drafted.steps) == 1 and drafted.steps[0].results is None
+    assert agent.toolbox.store.for_name("Noah Smith") == []          # not booked by a draft
+    turn = agent.respond(booking, first=drafted)
+    assert [name for name, _ in calls(turn)] == ["book_appointment"] and turn.tool_calls[0].result["ok"]
+    assert len(agent.toolbox.store.for_name("Noah Smith")) == 1
 
 
 def test_parley_converse_books_a_spoken_request_with_the_default_brain(tmp_path):

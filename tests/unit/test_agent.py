@@ -41,6 +41,40 @@ def test_tool_call_runs_and_result_is_fed_back():
     assert [m["role"] for m in agent.messages] == ["user", "assistant", "tool", "assistant"]
 
 
+def hours_script(messages):
+    last = messages[-1]
+    if last["role"] == "tool":
+        return f"We open at {json.loads(last['content'])['result']['opens']} on Saturday."
+    return format_tool_call("business_info", {"topic": "hours", "day": "saturday"})
+
+
+def test_a_draft_runs_the_tools_that_only_read_and_the_turn_starts_from_it():
+    toolbox = FakeToolbox({"business_info": {"ok": True, "opens": "9:00 AM"}}, read_only=("business_info",))
+    engine = FakeEngine(hours_script, block_words=2)
+    agent = Agent(engine, toolbox, None)
+    spoken = []
+    drafted = agent.draft("when do you open saturday", on_text=spoken.append)
+    assert agent.messages == []                                  # the history waits for the turn
+    assert toolbox.calls == [("business_info", {"topic": "hours", "day": "saturday"})]
+    assert "".join(spoken).strip() == "We open at 9:00 AM on Saturday."
+    turn = agent.respond("when do you open saturday", first=drafted)
+    assert len(toolbox.calls) == 1 and len(engine.calls) == 2    # neither run again
+    assert turn.reply == "We open at 9:00 AM on Saturday." and turn.tool_calls[0].result["opens"] == "9:00 AM"
+    assert [m["role"] for m in agent.messages] == ["user", "assistant", "tool", "assistant"]
+
+
+def test_a_draft_stops_before_a_call_that_changes_something():
+    toolbox = FakeToolbox({"book_appointment": {"ok": True, "day": "Monday", "time": "15:30"}},
+                          read_only=("business_info",))
+    engine = FakeEngine(booking_script)
+    agent = Agent(engine, toolbox, None)
+    drafted = agent.draft("book me monday at half past three, I'm Ana")
+    assert toolbox.calls == [] and len(drafted.steps) == 1 and drafted.steps[0].results is None
+    turn = agent.respond("book me monday at half past three, I'm Ana", first=drafted)
+    assert toolbox.calls == [("book_appointment", {"name": "Ana", "day": "monday", "time": "15:30"})]
+    assert turn.reply == "You're booked for 15:30 on Monday." and len(engine.calls) == 2
+
+
 def test_refused_tool_result_reaches_the_model():
     toolbox = FakeToolbox({"book_appointment": {"ok": False, "error": "we are closed on Sunday"}})
     agent = Agent(FakeEngine(booking_script), toolbox, None)
