@@ -1,10 +1,12 @@
 """Session's work during the end-of-turn silence: drafting and the end-of-turn judgement.
 
 From `speculate_ms` of silence a draft transcribes the utterance, asks the language model whether the turn is
-complete (SessionOptions.end_of_turn, speech.endpoint), drafts the agent's first answer and synthesizes its first
-phrase, all without side effects (tools run only after the endpoint). If the caller goes on, the draft is dropped;
-if the turn ends with these words, the turn starts from it. A mixin of app.pipeline.session.Session, whose state it uses:
-options, services, agent, detector, _loop, _draft, _policy, _carry, _ready_clause.
+complete (SessionOptions.end_of_turn, speech.endpoint), drafts the agent's answer up to its first phrase (through
+the tools that only read: the hours, a price, the free times; app.agent.loop.Agent.draft) and synthesizes that
+phrase, all without side effects (a booking runs only after the endpoint). If the caller goes on, the draft is
+dropped; if the turn ends with these words, the turn starts from it and the reply goes on from its first phrase.
+A mixin of app.pipeline.session.Session, whose state it uses: options, services, agent, detector, _loop, _draft,
+_policy, _carry, _ready_clause.
 """
 import asyncio
 import logging
@@ -13,7 +15,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from app.agent.protocol import parse_tool_calls
 from app.pipeline.lanes import LanePool
 from app.pipeline.trace import TurnTrace
 from speech.tts import ClauseSplitter
@@ -29,7 +30,7 @@ class Draft:
     cancel: threading.Event
     transcript: asyncio.Future         # -> the transcript, as soon as ASR is done
     p_complete: asyncio.Future | None  # -> the model's P(the turn is complete), or None without one
-    task: asyncio.Task | None = None   # -> (Generation | None, first clause | None, its audio | None)
+    task: asyncio.Task | None = None   # -> (DraftedTurn | None, first clause | None, its audio | None)
     adopted: bool = False              # the turn ended on this utterance: the draft's work is the turn's
     yielded: threading.Event = field(default_factory=threading.Event)   # its generation gave way to a turn
     jobs: list = field(default_factory=list)   # (LanePool, Future) of the model work it asked for
@@ -48,13 +49,13 @@ class Draft:
 
 
 class EitherEvent:
-    """Set when either event is (what a generation's `cancel` needs: is_set)."""
+    """Set when any of the events is (what a generation's `cancel` needs: is_set)."""
 
-    def __init__(self, a: threading.Event, b: threading.Event):
-        self.a, self.b = a, b
+    def __init__(self, *events: threading.Event):
+        self.events = events
 
     def is_set(self) -> bool:
-        return self.a.is_set() or self.b.is_set()
+        return any(e.is_set() for e in self.events)
 
 
 class Drafting:
@@ -96,8 +97,8 @@ class Drafting:
             self._draft = draft
 
     async def _make_draft(self, audio: np.ndarray, draft: Draft):
-        """Transcript, P(the turn is complete), first generation and first clause's audio, with no side effects
-        (tools run only later)."""
+        """Transcript, P(the turn is complete), the answer up to its first phrase and that phrase's audio, with no
+        side effects (tools that change something run only later)."""
         try:
             return await self._drafting(audio, draft)
         finally:
@@ -123,18 +124,28 @@ class Drafting:
                 log.exception("end-of-turn judgement failed; the VAD decides")
         if not self.options.answer_turns:
             return None, None, None     # the transport answers when it chooses: no first answer to draft
-        # another session's turn interrupts this generation (it is redone if this utterance ends the turn)
-        generation = await self._speculate(services.llm_lanes, draft, self.agent.draft, text,
-                                           EitherEvent(cancel, draft.yielded), interrupt=draft.yielded.set)
-        if generation is None or cancel.is_set() or generation.stopped == "cancelled":   # None: no drafts
+        # The draft stops once its first phrase is written (the turn goes on from there, when the agent can), or
+        # when another session's turn interrupts it (written again, or gone on from, if this utterance ends the turn).
+        splitter, clauses, phrased = ClauseSplitter(self.options.first_phrase_words), [], threading.Event()
+        stops_at_phrase = self.options.speak and getattr(self.agent, "resumes_drafts", False)
+
+        def on_text(piece: str) -> None:   # on the model's thread
+            if not clauses:
+                clauses.extend(splitter.push(piece))
+                if clauses and stops_at_phrase:
+                    phrased.set()
+
+        drafted = await self._speculate(services.llm_lanes, draft, self.agent.draft, text,
+                                        EitherEvent(cancel, draft.yielded, phrased), on_text,
+                                        interrupt=draft.yielded.set)
+        if drafted is None or cancel.is_set():   # None: no drafts
             return None, None, None
-        spoken = parse_tool_calls(generation.text)[1]
-        splitter = ClauseSplitter(self.options.first_phrase_words)
-        clause = (splitter.push(spoken) or [splitter.flush()])[0] if spoken else None
+        finished = drafted.steps[-1].generation.stopped != "cancelled"
+        clause = clauses[0] if clauses else splitter.flush() if finished else None
         if not clause or not self.options.speak:
-            return generation, None, None
+            return drafted, None, None
         clause_audio = await self._speculate(services.tts_lanes, draft, services.tts.synthesize, clause)
-        return generation, clause, clause_audio
+        return drafted, clause, clause_audio
 
     @staticmethod
     async def _speculate(lanes: LanePool, draft: Draft, fn, *args, interrupt=None):
@@ -153,7 +164,8 @@ class Drafting:
         return await self._loop.run_in_executor(self.services.asr_pool, self.services.asr.transcribe, audio)
 
     async def _drafted_generation(self, draft: Draft, trace: TurnTrace):
-        """The draft's first generation (and its first clause's audio, kept for _speak), or None."""
+        """The draft's answer, an app.agent.loop.DraftedTurn (and its first clause's audio, kept for _speak), or
+        None."""
         try:
             first, clause, clause_audio = await draft.task
         except Exception:

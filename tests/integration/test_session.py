@@ -1,5 +1,6 @@
 """The whole pipeline on the real bundled ASR and TTS, with a test-double language model."""
 import asyncio
+import threading
 import time
 
 import numpy as np
@@ -119,6 +120,42 @@ def test_reply_is_drafted_during_the_silence(transcriber, synthesizer, speak):
     finals = [call for call in engine.calls if last_user(call) == result["transcript"]]
     assert len(finals) == 1                             # the draft was used, not generated again
     assert result["reply"] == f"You asked: {result['transcript']}"
+
+
+def test_a_draft_reads_with_the_tools_that_only_read_and_the_turn_uses_their_results(transcriber, synthesizer, speak):
+    from app.agent.protocol import format_tool_call
+
+    def script(messages):
+        if messages[-1]["role"] == "tool":
+            return "We open at nine on Saturday."
+        return format_tool_call("business_info", {"said": last_user(messages)})
+
+    class Toolbox(FakeToolbox):
+        def call(self, name, arguments):   # records whether the session's draft (Agent.draft) ran it
+            return super().call(name, dict(arguments, drafted=getattr(in_draft, "now", False)))
+
+    in_draft = threading.local()
+    engine = FakeEngine(script)
+    toolbox = Toolbox({"business_info": {"ok": True}}, read_only=("business_info",))
+    services = Services(transcriber, synthesizer, engine, toolbox, None)
+    submit = services.llm_lanes.submit
+
+    def spy(fn, *args, speculative=False, **kwargs):
+        def marked(*a, **k):
+            in_draft.now = getattr(fn, "__name__", "") == "draft"
+            try:
+                return fn(*a, **k)
+            finally:
+                in_draft.now = False
+        return submit(marked, *args, speculative=speculative, **kwargs)
+
+    services.llm_lanes.submit = spy
+    result = asyncio.run(converse(services, speak(QUESTION)))
+    assert result["metrics"]["drafted"] is True
+    final = [args for _, args in toolbox.calls if args["said"] == result["transcript"]]
+    assert [args["drafted"] for args in final] == [True]    # run by the draft, not again by the turn
+    replies = [call for call in engine.calls if call[-1]["role"] == "tool" and last_user(call) == result["transcript"]]
+    assert len(replies) == 1 and result["reply"] == "We open at nine on Saturday."
 
 
 def test_a_pause_mid_sentence_discards_the_draft_without_side_effects(transcriber, synthesizer, speak):
