@@ -163,7 +163,7 @@ class Drafting:
                 log.exception("drafted transcript failed; transcribing again")
         return await self._loop.run_in_executor(self.services.asr_pool, self.services.asr.transcribe, audio)
 
-    async def _drafted_generation(self, draft: Draft, trace: TurnTrace):
+    async def _drafted_turn(self, draft: Draft, trace: TurnTrace):
         """The draft's answer, an app.agent.loop.DraftedTurn (and its first clause's audio, kept for _speak), or
         None."""
         try:

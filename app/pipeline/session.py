@@ -289,7 +289,7 @@ class Session(Drafting, Replying):
                 if draft is not None:
                     draft.drop()   # its drafted answer is not wanted: the transport answers when it chooses
                 return
-            first = await self._drafted_generation(draft, trace) if draft is not None else None
+            first = await self._drafted_turn(draft, trace) if draft is not None else None
             await self._answer(text, trace, cancel, first)
         except Exception as exc:
             await self._fail(exc)
