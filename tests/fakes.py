@@ -56,13 +56,18 @@ def last_user(messages: list[dict]) -> str:
 class FakeToolbox:
     """Records calls; answers from a dict of name -> result."""
 
-    def __init__(self, results: dict[str, dict] | None = None, read_only: tuple[str, ...] = ()):
+    def __init__(self, results: dict[str, dict] | None = None, read_only: tuple[str, ...] = (),
+                 previewed: tuple[str, ...] = ()):
         self.results = results or {}
         self.calls: list[tuple[str, dict]] = []
-        self._read_only = read_only   # the tools a draft may run (app.agent.tools.Toolbox.read_only)
+        # as app.agent.tools.Toolbox: the tools a draft may run, and those it may preview (`previews` their results)
+        self._read_only, self.previews = read_only, {name: self.results.get(name) for name in previewed}
 
     def read_only(self, name: str) -> bool:
         return name in self._read_only
+
+    def preview(self, name: str, arguments: dict) -> dict | None:
+        return self.call(name, arguments) if self.read_only(name) else self.previews.get(name)
 
     def schemas(self) -> list[dict]:
         return [{"name": n, "description": n, "parameters": {"type": "object"}} for n in self.results]

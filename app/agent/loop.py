@@ -160,9 +160,10 @@ class Agent:
 
     def draft(self, user_text: str, cancel=None, on_text=None) -> DraftedTurn:
         """The turn's answer to `user_text` as far as it can go without changing anything: the history stays as
-        it is, and tools run only when every call of a generation is to a tool that only reads
-        (Toolbox.read_only: the hours, a price, the free times) or lacks details (not run), whose results the
-        next generation reads. A call that would change something (a booking) ends the draft before it runs.
+        it is, and the calls a generation makes are previewed (Toolbox.preview: a tool that only reads is run, a
+        booking is checked but not made) or lack details (not run), and the next generation reads their results.
+        A call whose result cannot be foreseen ends the draft. `respond` runs every call that changes something
+        and keeps what the draft wrote after it only if the result is the one previewed.
 
         The session drafts during the user's end-of-turn silence; if the turn really ends with these words,
         `respond(..., first=draft)` starts from it. on_text gets the spoken text as `respond`'s does; `cancel`
@@ -170,7 +171,6 @@ class Agent:
         the turn goes on from there.
         """
         messages = self.prompt() + [{"role": "user", "content": user_text}]
-        read_only = getattr(self.toolbox, "read_only", lambda name: False)
         turn, lacking = DraftedTurn(), False
         for _ in range(self.options.max_tool_rounds + 1):
             speech = SpeechFilter(on_text)
@@ -182,10 +182,10 @@ class Agent:
             if gen.stopped == "cancelled" or not calls:
                 break
             settled = self._settled(calls, messages)
-            if not all(missing or read_only(name) for name, _, missing in settled):
-                break   # a call that changes something runs once the turn is sure
-            step.results = [None if missing else self._call_tool(name, arguments)
-                            for name, arguments, missing in settled]
+            results = [None if missing else self._preview_tool(name, arguments) for name, arguments, missing in settled]
+            if any(result is None and not missing for (_, _, missing), result in zip(settled, results)):
+                break   # a call whose result only its effect would tell runs once the turn is sure
+            step.results = results
             messages = messages + [self._written(gen, calls, spoken, settled)] + [
                 tool_message(name, missing_result(missing) if missing else result)
                 for (name, _, missing), result in zip(settled, step.results)]
@@ -231,16 +231,22 @@ class Agent:
                 self.messages.append(self._written(gen, calls, spoken, settled))
             if not calls:
                 return turn
-            results = [None] * len(settled)
+            previews = [None] * len(settled)
             if step is not None and step.results is not None and len(step.results) == len(settled):
-                results = step.results                      # the draft ran them (tools that only read)
-            for (name, arguments, missing), drafted_result in zip(settled, results):
+                previews = step.results                     # the draft's results for these calls
+            read_only = getattr(self.toolbox, "read_only", lambda name: False)
+            for (name, arguments, missing), preview in zip(settled, previews):
                 if missing:  # not run: the model hears what the caller has not said yet, and asks for it
                     lacking = True
                     with self._lock:
                         self.messages.append(tool_message(name, missing_result(missing)))
                     continue
-                result = drafted_result if drafted_result is not None else self._call_tool(name, arguments)
+                if preview is not None and read_only(name):
+                    result = preview                        # run by the draft: it changed nothing
+                else:
+                    result = self._call_tool(name, arguments)
+                    if preview is not None and result != preview:
+                        drafted.clear()   # the draft read another result: what it wrote after is written again
                 call = ToolCall(name, arguments, result)
                 turn.tool_calls.append(call)
                 with self._lock:
@@ -249,6 +255,18 @@ class Agent:
                     on_tool(call)
         log.warning("tool rounds exhausted after %d calls", len(turn.tool_calls))
         return turn
+
+    def _preview_tool(self, name: str, arguments: dict) -> dict | None:
+        """The toolbox's preview of a call (Toolbox.preview), or None: a toolbox without previews, a call without
+        a valid name, or a preview that failed."""
+        preview = getattr(self.toolbox, "preview", None)
+        if not name or preview is None:
+            return None
+        try:
+            return preview(name, arguments)
+        except Exception:  # a tool bug: the turn runs the call and reports it
+            log.exception("preview of %s failed", name)
+            return None
 
     def _call_tool(self, name: str, arguments: dict) -> dict:
         if not name:

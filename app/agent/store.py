@@ -78,18 +78,25 @@ class Store:
     def add(self, name: str, service: str, start: datetime, duration_min: int) -> Appointment:
         """Insert a booking unless it overlaps another; returns it. Raises ValueError on overlap."""
         with self._writing():
-            day = self._conn.execute(
-                "SELECT start, duration_min FROM appointments WHERE start LIKE ?",
-                (f"{start.date().isoformat()}T%",)).fetchall()
-            end = start + timedelta(minutes=duration_min)
-            for other_start, other_min in day:
-                s = datetime.fromisoformat(other_start)
-                if s < end and start < s + timedelta(minutes=other_min):
-                    raise ValueError("overlaps an existing appointment")
+            self._check_free(start, duration_min)
             cur = self._conn.execute(
                 "INSERT INTO appointments (name, service, start, duration_min) VALUES (?, ?, ?, ?)",
                 (name.strip(), service, start.strftime("%Y-%m-%dT%H:%M"), duration_min))
         return Appointment(cur.lastrowid, name.strip(), service, start, duration_min)
+
+    def check_free(self, start: datetime, duration_min: int) -> None:
+        """Raises ValueError if a booking there would overlap another (add's check, outside a write)."""
+        with self._lock:
+            self._check_free(start, duration_min)
+
+    def _check_free(self, start: datetime, duration_min: int) -> None:
+        day = self._conn.execute("SELECT start, duration_min FROM appointments WHERE start LIKE ?",
+                                 (f"{start.date().isoformat()}T%",)).fetchall()
+        end = start + timedelta(minutes=duration_min)
+        for other_start, other_min in day:
+            s = datetime.fromisoformat(other_start)
+            if s < end and start < s + timedelta(minutes=other_min):
+                raise ValueError("overlaps an existing appointment")
 
     def remove(self, appointment_id: int) -> None:
         with self._writing():

@@ -3,6 +3,7 @@
 Results are small JSON objects whose text fields ("when", "error", "hours") are what the model reads back to the
 caller, so a reply grounded in a result can copy them word for word.
 """
+import copy
 import json
 import logging
 import math
@@ -54,6 +55,22 @@ SCHEMAS = [
     {"name": "end_call", "description": "Hang up after saying goodbye.",
      "parameters": {"type": "object", "properties": {}}},
 ]
+
+
+class _Unwritten:
+    """A Store for previews: reads go to the store, a booking is checked as `add` checks it but not made, and a
+    removal is not made."""
+
+    def __init__(self, store: Store):
+        self._store = store
+        self.on_date, self.all, self.for_name = store.on_date, store.all, store.for_name
+
+    def add(self, name: str, service: str, start: datetime, duration_min: int) -> Appointment:
+        self._store.check_free(start, duration_min)
+        return Appointment(0, name.strip(), service, start, duration_min)
+
+    def remove(self, appointment_id: int) -> None:
+        pass
 
 
 class Refusal(Exception):
@@ -116,8 +133,12 @@ class Toolbox:
 
     TOOLS = SCHEMAS
     # tools that only read (MCP's readOnlyHint): a turn's draft may run them while the caller may still go on
-    # (app.agent.loop.Agent.draft); any other runs once the turn is the caller's
+    # (app.agent.loop.Agent.draft), and the turn keeps their results
     READ_ONLY = frozenset({"business_info", "check_availability", "list_appointments", "current_datetime"})
+    # tools whose only effects are on the appointment book, or on the call once the turn acts on its result
+    # (CONTROL_TOOLS): a draft may preview them (`preview`), and the turn runs them and compares. A tool with any
+    # other effect is in neither set, and runs only once the turn is the caller's.
+    PREVIEWED = frozenset({"book_appointment", "cancel_appointment", "transfer_to_human", "end_call"})
 
     def __init__(self, profile: Profile, store: Store, now: Callable[[], datetime] | None = None):
         self.profile, self.store = profile, store
@@ -135,6 +156,18 @@ class Toolbox:
     def read_only(self, name: str) -> bool:
         """Whether tool `name` changes nothing (its result may be drafted before the turn is sure)."""
         return name in self.READ_ONLY
+
+    def preview(self, name: str, arguments: dict) -> dict | None:
+        """What `call(name, arguments)` would return now, with nothing changed: a tool that only reads is run,
+        one in PREVIEWED runs against the appointment book with its writes checked but not made; None for any
+        other (its result cannot be foreseen without its effect)."""
+        if name in self.READ_ONLY:
+            return self.call(name, arguments)
+        if name not in self.PREVIEWED:
+            return None
+        view = copy.copy(self)
+        view.store = _Unwritten(self.store)
+        return view.call(name, arguments)
 
     def now(self) -> datetime:
         """Naive local wall-clock time of the business."""

@@ -128,8 +128,8 @@ def drafted_to_first_phrase(agent, text):
 
 
 def test_a_turn_goes_on_from_a_draft_stopped_at_its_first_phrase(brain):
-    """The session drafts through the tools that only read and stops at the reply's first phrase; the turn goes on
-    from there and says what it would have said without the draft. A booking waits for the turn."""
+    """The session drafts through the tools' previews and stops at the reply's first phrase; the turn goes on
+    from there and says what it would have said without the draft. A booking is previewed, made by the turn."""
     question = "Hi, um, how much is a haircut?"
     plain = agent_for(brain).respond(question)
     agent = agent_for(brain)
@@ -141,14 +141,17 @@ def test_a_turn_goes_on_from_a_draft_stopped_at_its_first_phrase(brain):
     assert pieces[0].startswith(phrase.strip()) and turn.reply == plain.reply and calls(turn) == calls(plain)
     assert "$35" in turn.reply
 
-    agent = agent_for(brain)
     booking = "Can I get a haircut tomorrow at 3 pm? My name is Noah Smith."
-    drafted, _ = drafted_to_first_phrase(agent, booking)
-    assert len(drafted.steps) == 1 and drafted.steps[0].results is None
-    assert agent.toolbox.store.for_name("Noah Smith") == []          # not booked by a draft
-    turn = agent.respond(booking, first=drafted)
+    plain = agent_for(brain).respond(booking)
+    agent = agent_for(brain)
+    drafted, phrase = drafted_to_first_phrase(agent, booking)
+    assert [s.generation.stopped for s in drafted.steps] == ["eos", "cancelled"]
+    assert drafted.steps[0].results[0]["ok"] and agent.toolbox.store.for_name("Noah Smith") == []  # previewed
+    pieces = []
+    turn = agent.respond(booking, on_text=pieces.append, first=drafted)
     assert [name for name, _ in calls(turn)] == ["book_appointment"] and turn.tool_calls[0].result["ok"]
-    assert len(agent.toolbox.store.for_name("Noah Smith")) == 1
+    assert len(agent.toolbox.store.for_name("Noah Smith")) == 1     # booked once, by the turn
+    assert pieces[0].startswith(phrase.strip()) and turn.reply == plain.reply
 
 
 def test_parley_converse_books_a_spoken_request_with_the_default_brain(tmp_path):

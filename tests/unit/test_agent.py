@@ -63,7 +63,7 @@ def test_a_draft_runs_the_tools_that_only_read_and_the_turn_starts_from_it():
     assert [m["role"] for m in agent.messages] == ["user", "assistant", "tool", "assistant"]
 
 
-def test_a_draft_stops_before_a_call_that_changes_something():
+def test_a_draft_stops_before_a_call_it_cannot_preview():
     toolbox = FakeToolbox({"book_appointment": {"ok": True, "day": "Monday", "time": "15:30"}},
                           read_only=("business_info",))
     engine = FakeEngine(booking_script)
@@ -73,6 +73,31 @@ def test_a_draft_stops_before_a_call_that_changes_something():
     turn = agent.respond("book me monday at half past three, I'm Ana", first=drafted)
     assert toolbox.calls == [("book_appointment", {"name": "Ana", "day": "monday", "time": "15:30"})]
     assert turn.reply == "You're booked for 15:30 on Monday." and len(engine.calls) == 2
+
+
+def test_a_previewed_booking_is_made_by_the_turn_which_keeps_what_the_draft_wrote_after_it():
+    booked = {"ok": True, "day": "Monday", "time": "15:30"}
+    toolbox = FakeToolbox({"book_appointment": booked}, previewed=("book_appointment",))
+    engine = FakeEngine(booking_script)
+    agent = Agent(engine, toolbox, None)
+    drafted = agent.draft("book me monday at half past three, I'm Ana")
+    assert toolbox.calls == [] and [s.results for s in drafted.steps] == [[booked], None]   # nothing booked yet
+    turn = agent.respond("book me monday at half past three, I'm Ana", first=drafted)
+    assert toolbox.calls == [("book_appointment", {"name": "Ana", "day": "monday", "time": "15:30"})]
+    assert turn.reply == "You're booked for 15:30 on Monday." and len(engine.calls) == 2   # the drafted reply
+
+
+def test_a_booking_whose_result_is_not_the_previewed_one_is_answered_again():
+    toolbox = FakeToolbox({"book_appointment": {"ok": False, "error": "that time was just taken"}},
+                          previewed=("book_appointment",))
+    toolbox.previews["book_appointment"] = {"ok": True, "day": "Monday", "time": "15:30"}   # before another caller
+    engine = FakeEngine(booking_script)
+    agent = Agent(engine, toolbox, None)
+    drafted = agent.draft("book me monday at half past three, I'm Ana")
+    turn = agent.respond("book me monday at half past three, I'm Ana", first=drafted)
+    assert len(toolbox.calls) == 1 and len(engine.calls) == 3
+    assert turn.reply == "Sorry, that time was just taken."
+    assert agent.messages[-2] == tool_message("book_appointment", toolbox.results["book_appointment"])
 
 
 def test_refused_tool_result_reaches_the_model():

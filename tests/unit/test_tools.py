@@ -46,6 +46,21 @@ def test_double_booking_is_refused_with_nearest_free_times(toolbox):
     assert len(toolbox.store.on_date(date(2026, 12, 4))) == 2
 
 
+def test_a_preview_says_what_a_call_would_and_changes_nothing(toolbox):
+    booking = {"name": "Maria", "day": "friday", "time": "15:30", "service": "haircut"}
+    previewed = toolbox.preview("book_appointment", booking)
+    assert toolbox.store.all() == []                                   # not booked
+    assert previewed == book(toolbox) and len(toolbox.store.all()) == 1  # what the booking then said
+    # the slot is taken now: the preview says so as the booking would, with the nearest free times
+    assert toolbox.preview("book_appointment", dict(booking, name="Tom")) == book(toolbox, name="Tom")
+    cancel = {"name": "Maria"}
+    assert toolbox.preview("cancel_appointment", cancel) == {"ok": True, "name": "Maria",
+                                                               "cancelled": "haircut on Friday, December 4 at 3:30 PM"}
+    assert len(toolbox.store.all()) == 1                               # not cancelled
+    assert toolbox.preview("business_info", {"topic": "address"}) == toolbox.call("business_info", {"topic": "address"})
+    assert toolbox.preview("no_such_tool", {}) is None
+
+
 def test_outside_hours_closed_day_past_and_unknown_service_are_refused(toolbox):
     assert book(toolbox, time="08:30")["error"] == "On Friday we're open 9:00 AM to 8:00 PM."
     # a coloring at 19:00 would end after the 20:00 close
@@ -224,6 +239,7 @@ def test_a_new_tool_is_one_schema_and_one_method(toolbox):
     assert "parking_info" in system_prompt(box.profile, box, "llada")
     assert box.call("parking_info", {}) == {"ok": True, "parking": "Free parking behind the building."}
     assert box.call("parking_info", {"level": "2"})["ok"] is False
+    assert box.preview("parking_info", {}) is None   # a draft runs it only once listed in READ_ONLY or PREVIEWED
 
     def script(messages):   # the model asks for the new tool, then speaks its result
         if messages[-1]["role"] == "tool":
