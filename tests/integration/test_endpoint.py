@@ -70,7 +70,7 @@ def test_the_model_hears_whether_a_sentence_can_end_there(brain):
                 ("Do you have anything open tomorrow morning?", "Thanks, that's all I needed.")]
     unfinished = [brain.end_of_turn_probability(context, t) for t in
                   ("I'd like to book a", "Can I get an appointment on", "The best number to reach me is.")]
-    assert min(complete) > 0.5 and max(unfinished) < 0.005, (complete, unfinished)
+    assert min(complete) > 0.5 and max(unfinished) < EndpointPolicy().unfinished_below, (complete, unfinished)
 
 
 class JudgingEngine(FakeEngine):
