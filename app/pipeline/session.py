@@ -40,6 +40,10 @@ class SessionOptions:
     # Draft the turn (ASR, the LLM's first answer, the first clause's audio) once the user has been silent this
     # long; if the endpoint comes with no new speech, the reply starts from the draft. None = off.
     # Must be >= VadConfig.tail_ms, so the drafted audio is exactly the audio the endpoint hands over.
+    # NOTE: 120 ms took ~100 ms off app.bench's e2e on 2 CPU cores (1316 and 1298 ms against 1405 and 1430, two
+    # interleaved pairs, 2026-12-03), where the draft is rarely done when the turn ends; but on the endpoint set's
+    # complete turns it starts 0.77 drafts a turn that the caller's next words drop, against 0.17 at 200 ms (0.32 at
+    # 160), each an ASR run and the start of a generation taken from other callers: kept at 200.
     speculate_ms: int | None = 200
     # The reply's first audio is a short first phrase (speech.tts.ClauseSplitter): its first clause boundary, or
     # about this many words into a long sentence. None: whole clauses only.
