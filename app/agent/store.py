@@ -107,6 +107,22 @@ class Store:
             self._conn.close()
 
 
+class UnwrittenStore:
+    """A Store for previews (app.agent.tools.Toolbox.preview): reads go to the store, a booking is checked as `add`
+    checks it but not made, and a removal is not made."""
+
+    def __init__(self, store: Store):
+        self._store = store
+        self.on_date, self.all, self.for_name = store.on_date, store.all, store.for_name
+
+    def add(self, name: str, service: str, start: datetime, duration_min: int) -> Appointment:
+        self._store.check_free(start, duration_min)
+        return Appointment(0, name.strip(), service, start, duration_min)
+
+    def remove(self, appointment_id: int) -> None:
+        pass
+
+
 def open_store(path: str) -> Store:
     """The store in the SQLite file at `path` (":memory:" for a private one); creates parent dir and schema."""
     if path != ":memory:":

@@ -14,7 +14,7 @@ from typing import Callable
 
 from app.agent.profile import WEEKDAYS, Profile, Service
 from app.agent.said import CLOCK_PATTERN, SAID, lacking, named_service
-from app.agent.store import Appointment, Store
+from app.agent.store import Appointment, Store, UnwrittenStore
 
 log = logging.getLogger(__name__)
 
@@ -55,22 +55,6 @@ SCHEMAS = [
     {"name": "end_call", "description": "Hang up after saying goodbye.",
      "parameters": {"type": "object", "properties": {}}},
 ]
-
-
-class _Unwritten:
-    """A Store for previews: reads go to the store, a booking is checked as `add` checks it but not made, and a
-    removal is not made."""
-
-    def __init__(self, store: Store):
-        self._store = store
-        self.on_date, self.all, self.for_name = store.on_date, store.all, store.for_name
-
-    def add(self, name: str, service: str, start: datetime, duration_min: int) -> Appointment:
-        self._store.check_free(start, duration_min)
-        return Appointment(0, name.strip(), service, start, duration_min)
-
-    def remove(self, appointment_id: int) -> None:
-        pass
 
 
 class Refusal(Exception):
@@ -166,7 +150,7 @@ class Toolbox:
         if name not in self.PREVIEWED:
             return None
         view = copy.copy(self)
-        view.store = _Unwritten(self.store)
+        view.store = UnwrittenStore(self.store)
         return view.call(name, arguments)
 
     def now(self) -> datetime:
