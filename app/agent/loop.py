@@ -204,6 +204,7 @@ class Agent:
         with self._lock:
             self.messages.append({"role": "user", "content": user_text})
         drafted = list(first.steps) if first is not None else []
+        read_only = getattr(self.toolbox, "read_only", lambda name: False)   # a drafted result of these is kept
         lacking = False
         for _ in range(opts.max_tool_rounds + 1):
             speech = SpeechFilter(on_text)
@@ -234,7 +235,6 @@ class Agent:
             previews = [None] * len(settled)
             if step is not None and step.results is not None and len(step.results) == len(settled):
                 previews = step.results                     # the draft's results for these calls
-            read_only = getattr(self.toolbox, "read_only", lambda name: False)
             for (name, arguments, missing), preview in zip(settled, previews):
                 if missing:  # not run: the model hears what the caller has not said yet, and asks for it
                     lacking = True
