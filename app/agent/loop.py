@@ -14,7 +14,7 @@ from app.agent import schema_grammar
 from app.agent.options import AgentOptions
 from app.agent.protocol import (TOOL_CALL_OPEN, ToolCall, TurnResult, forget_message, format_tool_call,
                                 parse_tool_calls, retract_last_user_turn, tool_message)
-from app.agent.said import held, missing_result, settle
+from app.agent.said import held, invented, missing_result, settle
 from app.agent.speech_filter import SpeechFilter
 
 log = logging.getLogger(__name__)
@@ -135,6 +135,18 @@ class Agent:
         return [(name, *settle(name, arguments, schemas, messages, self.toolbox.profile)) if name
                 else (name, arguments, []) for name, arguments in calls]
 
+    def _invented(self, calls: list[tuple[str, dict]], settled) -> bool:
+        """Whether every call of a generation is made up (app.agent.said.invented: each wrote details for the
+        caller to have said, nobody said any) and lacks required ones: not what the caller asked, so the turn
+        leaves it out of the history and the model answers in words instead of asking for what it lacks. A call
+        that rests on one detail said still asks for the rest ("a beard trim?" lacking a day); one that lacks
+        nothing runs."""
+        if self.options.cache != "block" or not calls:
+            return False
+        schemas = self.toolbox.schemas()
+        return all(name and missing and invented(name, arguments, kept, schemas)
+                   for (name, arguments), (_, kept, missing) in zip(calls, settled))
+
     def _written(self, gen, calls, spoken: str, settled) -> dict:
         """The assistant message a generation leaves in the history: its calls as held, when it is only calls."""
         written = gen.text.strip()
@@ -182,6 +194,9 @@ class Agent:
             if gen.stopped == "cancelled" or not calls:
                 break
             settled = self._settled(calls, messages)
+            if not spoken and self._invented(calls, settled):
+                lacking = True   # answered in words, from the same prompt (as `respond` does)
+                continue
             results = [None if missing else self._preview_tool(name, arguments) for name, arguments, missing in settled]
             if any(result is None and not missing for (_, _, missing), result in zip(settled, results)):
                 break   # a call whose result only its effect would tell runs once the turn is sure
@@ -228,6 +243,9 @@ class Agent:
                         self.messages.append({"role": "assistant", "content": spoken})
                 return turn
             settled = self._settled(calls)
+            if not spoken and self._invented(calls, settled):
+                lacking = True   # no call: the model answers in words, from the same prompt
+                continue
             with self._lock:
                 self.messages.append(self._written(gen, calls, spoken, settled))
             if not calls:

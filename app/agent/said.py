@@ -132,6 +132,20 @@ def settle(name: str, arguments: dict, schemas: list[dict], messages: list[dict]
     return kept, lacking(schema, kept)
 
 
+def invented(name: str, arguments: dict, kept: dict, schemas: list[dict]) -> bool:
+    """Whether a call of tool `name` rests on nothing the conversation said: it wrote x-said arguments and `settle`
+    kept none of them (`kept`). A model that read no request for the tool in the caller's words still writes a
+    call now and then, its details made up ("is it safe to color my hair while I'm pregnant?" made an
+    availability check for a Friday at 10 nobody named); asking the caller for what such a call lacks answers a
+    question they never asked."""
+    schema = next((s for s in schemas if s["name"] == name), None)
+    if schema is None:
+        return False
+    properties = schema["parameters"].get("properties", {})
+    written = [k for k in arguments if properties.get(k, {}).get(SAID)]
+    return bool(written) and not any(k in kept for k in written)
+
+
 def missing_result(missing: list[str]) -> dict:
     """What a call that lacks required details returns to the model instead of running."""
     return {"ok": False, "missing": list(missing)}

@@ -79,6 +79,32 @@ def test_a_call_that_leaves_out_details_is_answered_with_the_first_missing_in_th
     assert missing == ["service", "day", "time"]
 
 
+def test_a_call_made_only_of_details_nobody_said_is_no_call_the_model_answers_in_words():
+    """"is it safe to color my hair while I'm pregnant?" made an availability check for a Friday at 10 nobody
+    named: asking which day would answer a question the caller never asked."""
+    check = format_tool_call("check_availability", {"day": "friday", "time": "10:00"})
+    spoken = "I'm sorry, I can't help with that."
+    agent, engine = _agent([check, spoken])
+    turn = agent.respond("ok. also, um, is it safe to color my hair while I'm pregnant?")
+    assert turn.tool_calls == [] and turn.reply == spoken
+    assert [m["role"] for m in agent.messages] == ["user", "assistant"]  # the made-up call left no trace
+    assert engine.calls[1] == engine.calls[0]  # the words were written from the same prompt
+
+    # drafted during the caller's silence, the turn keeps the draft's words: the same decision, no new generation
+    agent, engine = _agent([check, spoken])
+    first = agent.draft("is it safe to color my hair while I'm pregnant?")
+    turn = agent.respond("is it safe to color my hair while I'm pregnant?", first=first)
+    assert turn.reply == spoken and turn.tool_calls == [] and len(engine.calls) == 2
+
+
+def test_a_call_with_one_detail_said_still_asks_for_the_rest():
+    booking = format_tool_call("book_appointment", {"service": "beard trim", "day": "friday"})
+    agent, _ = _agent([booking, "What day would you like to come in?"])
+    turn = agent.respond("okay and uh, a beard trim?")
+    assert turn.reply == "What day would you like to come in?"
+    assert json.loads(agent.messages[2]["content"])["result"]["missing"] == ["day", "time", "name"]
+
+
 def test_the_grammar_lets_a_call_leave_out_what_was_not_said_yet():
     schemas = held(SCHEMAS, [{"role": "user", "content": "a haircut please"}])
     book = next(s for s in schemas if s["name"] == "book_appointment")["parameters"]
