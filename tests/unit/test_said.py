@@ -130,8 +130,8 @@ def test_a_call_keeps_the_details_the_callers_latest_words_say():
     assert required("check_availability") == ["day", "time"]  # an optional detail the caller just said, too
     messages[-1]["content"] = "This is Tom, I can't make it tomorrow"
     assert required("cancel_appointment") == ["day"]  # the name is no enum: the caller's words decide nothing
-    for unsaid in ("I want to book something", "ok I want to book one"):  # "one" is no clock time here
-        messages[-1]["content"] = unsaid
+    for words in ("I want to book something", "ok I want to book one"):  # "one" is no clock time here
+        messages[-1]["content"] = words
         assert required("book_appointment") == []
 
 
