@@ -4,7 +4,8 @@ A model may fill in a detail nobody gave (a time for a booking the caller never 
 arguments must come from the conversation: in the caller's words, the agent's own spoken replies (a time it
 offered and the caller took) or a tool's result. A value nobody said is dropped from the call; a call that then
 lacks a required argument is not run, and the model is told which details are missing, so it asks for them (in
-the order of the schema's `required` list). What "appears"
+the order of the schema's `required` list); a call none of whose x-said details was said is no call at all
+(`invented`: the model answers in words). What "appears"
 means depends only on the value's form, never on a list of words:
 - a clock time "HH:MM" is said when a message holds a time that may mean it ("half past three", "3:30 pm",
   app.agent.spoken_times);
