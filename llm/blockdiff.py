@@ -148,10 +148,11 @@ def block_reply(model: Transformer, prompt: list[int], special: SpecialIds, opts
     run = run or alone(model, special.mask)
     start, clean = prefill_prompt(run, prefix, prompt, opts.prefill_chunk, cancel)
     tokens: list[int] = []
+    shares: list[float] = []  # with a matcher: per token, the share of the model's probability the grammar allowed
     passes = 0
     while True:
         if cancel is not None and cancel.is_set():
-            return Decoded(tokens, passes, "cancelled")
+            return Decoded(tokens, passes, "cancelled", shares)
         left = opts.max_new_tokens - len(tokens)
         guess = drafter.propose(prefix.ids + clean, min(opts.draft_length, left - 1)) if drafter else []
         canvas = guess or [special.mask] * (min(opts.block_length, left) - 1)
@@ -164,12 +165,14 @@ def block_reply(model: Transformer, prompt: list[int], special: SpecialIds, opts
         passes += 1
         prefix.ids += clean
         start += len(clean)
-        new, stopped = [], False
+        new, new_shares, stopped = [], [], False
         for j, row in enumerate(logits):
             if guess and j and guess[j - 1] != new[-1]:
                 break  # this row read a guess that was not committed
             if matcher is not None:
-                row = row.masked_fill(~matcher.allowed(), float("-inf"))
+                held_row = row.masked_fill(~matcher.allowed(), float("-inf"))
+                share = torch.exp(torch.logsumexp(held_row, -1) - torch.logsumexp(row, -1)).item()
+                row = held_row
             confidence, token = torch.softmax(row, dim=-1).max(dim=-1)
             if new and not guess and confidence.item() < opts.threshold:
                 break
@@ -180,6 +183,8 @@ def block_reply(model: Transformer, prompt: list[int], special: SpecialIds, opts
                 stopped = True
                 break
             new.append(token)
+            if matcher is not None:
+                new_shares.append(share)
         while matcher is not None and not stopped and new and len(tokens) + len(new) < opts.max_new_tokens:
             token = forced(matcher, special.stop)  # the only one the grammar allows: the model's, whatever its logits
             if token is None:
@@ -189,13 +194,15 @@ def block_reply(model: Transformer, prompt: list[int], special: SpecialIds, opts
                 stopped = True
                 break
             new.append(token)
+            new_shares.append(1.0)
         tokens += new
+        shares += new_shares
         if on_block is not None and new:
             on_block(new)
         if stopped or not new:  # the end of turn, or nothing the grammar allows
-            return Decoded(tokens, passes, "eos")
+            return Decoded(tokens, passes, "eos", shares)
         if len(tokens) >= opts.max_new_tokens:
-            return Decoded(tokens, passes, "length")
+            return Decoded(tokens, passes, "length", shares)
         clean = new
 
 

@@ -26,6 +26,9 @@ class Generation:
     first_block_s: float  # time to the first on_block call (the whole run when no block settled)
     stopped: str          # "eos", "length" or "cancelled"
     ids: list[int] = field(default_factory=list)  # the reply's token ids (a block engine's; `written` included)
+    # per id, the share of the model's probability the reply grammar allowed there (llm.generate.Decoded.shares;
+    # 1.0 for `written` ids); empty without a grammar
+    shares: list[float] = field(default_factory=list)
 
 
 class TextStream:
@@ -57,8 +60,8 @@ class _Streamed:
     """One generation's text stream and clock: `settled(ids)` hands each block's new text to on_block, and
     `finish(decoded)` flushes a held-back character and makes the Generation."""
 
-    def __init__(self, tokenizer: Tokenizer, on_block: Callable[[str], None] | None):
-        self.stream, self.on_block = TextStream(tokenizer), on_block
+    def __init__(self, tokenizer: Tokenizer, on_block: Callable[[str], None] | None, written: int = 0):
+        self.stream, self.on_block, self.written = TextStream(tokenizer), on_block, written
         self.start, self.first_block_s = time.perf_counter(), None
 
     def settled(self, ids: list[int]) -> None:
@@ -75,7 +78,9 @@ class _Streamed:
         seconds = time.perf_counter() - self.start
         return Generation(text=self.stream.text, passes=decoded.passes, tokens=len(decoded.tokens), seconds=seconds,
                           first_block_s=seconds if self.first_block_s is None else self.first_block_s,
-                          stopped=decoded.stopped, ids=self.stream.ids)
+                          stopped=decoded.stopped, ids=self.stream.ids,
+                          shares=[1.0] * self.written + decoded.shares
+                          if len(decoded.shares) == len(decoded.tokens) else [])
 
 
 def _cache_mode(use_cache) -> str:
@@ -202,7 +207,7 @@ class Engine:
         hold them, its tokens, passes and seconds count only what this call wrote."""
         written = list(written)
         self._check_fits(len(prompt_ids), opts.max_new_tokens)
-        streamed = _Streamed(self.tokenizer, on_block)
+        streamed = _Streamed(self.tokenizer, on_block, len(written))
         if written:
             streamed.settled(written)
         left = opts.max_new_tokens - len(written)

@@ -6,7 +6,7 @@ commit policy fixes some of them for good: `threshold` (Fast-dLLM) or a fixed co
 low-confidence remasking). A denoiser supplies the block's logits, from the model with or without a KV cache.
 """
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 import torch
@@ -57,6 +57,9 @@ class Decoded:
     tokens: list[int]   # the reply's ids, up to (not including) the first stop id
     passes: int         # denoising forward passes
     stopped: str        # "eos", "length" or "cancelled"
+    # under a grammar (block_reply's matcher): per token, the share of the model's probability the grammar allowed
+    # where it was committed (1.0 for one the grammar forced); empty without a grammar
+    shares: list[float] = field(default_factory=list)
 
 
 # A denoiser: (canvas (1, T), block_start, block_end, pass_in_block) -> logits (block_end - block_start, V),

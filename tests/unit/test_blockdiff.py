@@ -86,6 +86,33 @@ def test_tokens_the_grammar_forces_are_committed_without_a_pass_and_change_nothi
     assert forced_runs >= 1 and fast.passes <= slow.passes - 3 * forced_runs + 3
 
 
+@torch.no_grad()
+def test_each_token_says_the_share_of_the_models_probability_the_grammar_allowed():
+    """A token the model wrote freely had the whole of it; one the grammar forced had 1.0; elsewhere the share is
+    the model's own probability of the allowed tokens, as a full forward over the reply reads it."""
+    model = tiny()
+    ids = prompt()
+    opts = BlockOptions(max_new_tokens=30, block_length=1, threshold=1.0, stop_at_eos=False)
+    out = block_reply(model, ids, SPECIAL, opts, PrefixCache(model.new_cache(1, 256)), matcher=PatternMatcher())
+    assert len(out.shares) == len(out.tokens)
+    # causal, unshifted: row len(ids) - 1 + i predicts token i; the mask is never a prediction
+    logits = model.head(model.trunk(torch.tensor([ids + out.tokens]), causal=True))[0].float()
+    probs = logits.index_fill(1, torch.tensor([MASK]), float("-inf")).softmax(-1)
+    replay, owed = PatternMatcher(), 0
+    for i, token in enumerate(out.tokens):
+        allowed = replay.allowed()
+        if owed:  # forced: 10, 11, 12 after a token below 10
+            assert out.shares[i] == 1.0
+            owed -= 1
+        else:
+            assert out.shares[i] == pytest.approx(probs[len(ids) - 1 + i][allowed].sum().item(), rel=1e-4)
+            owed = 3 if token < 10 else 0
+        replay.accept(token)
+    assert min(out.shares) < 0.999  # the grammar ruled out some of the model's probability somewhere
+    free = block_reply(model, ids, SPECIAL, opts, PrefixCache(model.new_cache(1, 256)))
+    assert free.shares == []  # no grammar, nothing to say
+
+
 class EndsAfter:
     """A grammar that allows any token but stops for `n` tokens, then only the stop ids `stops` (and, with
     `masks_too`, the mask id, which the sampler never chooses: so the end is never forced)."""
