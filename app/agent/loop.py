@@ -14,7 +14,7 @@ from app.agent import schema_grammar
 from app.agent.options import AgentOptions
 from app.agent.protocol import (TOOL_CALL_OPEN, ToolCall, TurnResult, forget_message, format_tool_call,
                                 parse_tool_calls, retract_last_user_turn, tool_message)
-from app.agent.said import held, invented, missing_result, settle
+from app.agent.said import UNMEANT_SHARE, free_shares, held, invented, missing_result, settle
 from app.agent.speech_filter import SpeechFilter
 
 log = logging.getLogger(__name__)
@@ -118,22 +118,48 @@ class Agent:
             if matcher is not None and not all(matcher.accept(t) for t in written):
                 matcher, written = replies.start(), []  # not this grammar's start: written again
             resumed = {"written": written} if written else {}
-            return self.engine.generate(messages, max_new_tokens=opts.max_new_tokens, block_length=opts.block_length,
-                                        threshold=opts.threshold, use_cache="block", on_block=on_block,
-                                        cancel=cancel, matcher=matcher, draft_length=opts.draft_length, **resumed)
+            gen = self.engine.generate(messages, max_new_tokens=opts.max_new_tokens, block_length=opts.block_length,
+                                       threshold=opts.threshold, use_cache="block", on_block=on_block,
+                                       cancel=cancel, matcher=matcher, draft_length=opts.draft_length, **resumed)
+            before = list(getattr(resume, "shares", None) or [])
+            if written and len(before) == len(written) and len(gen.shares) >= len(written):
+                gen.shares[:len(written)] = before  # how the draft wrote them
+            return gen
         return self.engine.generate(messages, max_new_tokens=opts.max_new_tokens, block_length=opts.block_length,
                                     threshold=opts.threshold, use_cache=opts.cache, on_block=on_block, cancel=cancel)
 
-    def _settled(self, calls: list[tuple[str, dict]], messages: list[dict] | None = None
+    def _settled(self, calls: list[tuple[str, dict]], gen, messages: list[dict] | None = None
                  ) -> list[tuple[str, dict, list[str]]]:
-        """Each call with what it lacks: with the embedded brain, less the x-said arguments nobody said in
-        `messages` (the prompt's by default), and the required arguments it then lacks (app.agent.said.settle);
-        a call that lacks some is not run."""
+        """Each call of generation `gen` with what it lacks: with the embedded brain, less the x-said arguments
+        nobody said in `messages` (the prompt's by default) and the free ones the grammar forced on the model
+        (`_unmeant`), and the required arguments it then lacks (app.agent.said.settle); a call that
+        lacks some is not run."""
         if self.options.cache != "block":
             return [(name, arguments, []) for name, arguments in calls]
         messages, schemas = messages or self.prompt(), self.toolbox.schemas()
-        return [(name, *settle(name, arguments, schemas, messages, self.toolbox.profile)) if name
-                else (name, arguments, []) for name, arguments in calls]
+        forced = self._unmeant(gen, schemas)
+        if len(forced) != len(calls):  # an unfinished call (parse_tool_calls's last) is not in the text's calls
+            forced = forced + [set()] * (len(calls) - len(forced))
+        return [(name, *settle(name, {k: v for k, v in arguments.items() if k not in drop}, schemas, messages,
+                               self.toolbox.profile)) if name else (name, arguments, [])
+                for (name, arguments), drop in zip(calls, forced)]
+
+    def _unmeant(self, gen, schemas: list[dict]) -> list[set[str]]:
+        """Per call of `gen`, the free arguments whose value the grammar forced on the model (a share below
+        UNMEANT_SHARE: app.agent.said.free_shares); nothing for a generation that does not say its shares."""
+        shares, ids = getattr(gen, "shares", None), getattr(gen, "ids", None)
+        if not shares or not ids or len(shares) != len(ids) or TOOL_CALL_OPEN not in gen.text:
+            return []
+        decode = self.engine.tokenizer.decode
+        offsets = [len(decode(ids[:i], skip_special_tokens=True)) for i in range(len(ids))]
+        least = free_shares(gen.text, offsets, shares, schemas)
+        log.debug("the free values' least shares: %s in %r", least, gen.text)
+        forced = [{k for k, share in call.items() if share < UNMEANT_SHARE} for call in least]
+        for drop, call in zip(forced, least):
+            if drop:
+                log.info("the grammar forced %s on the model: dropped, as unsaid",
+                         ", ".join(f"{k} (share {call[k]:.4f})" for k in sorted(drop)))
+        return forced
 
     def _invented(self, calls: list[tuple[str, dict]], settled) -> bool:
         """Whether every call of a generation is made up (app.agent.said.invented: each wrote details for the
@@ -193,7 +219,7 @@ class Agent:
             calls, spoken = parse_tool_calls(gen.text)
             if gen.stopped == "cancelled" or not calls:
                 break
-            settled = self._settled(calls, messages)
+            settled = self._settled(calls, gen, messages)
             if not spoken and self._invented(calls, settled):
                 lacking = True   # answered in words, from the same prompt (as `respond` does)
                 continue
@@ -242,7 +268,7 @@ class Agent:
                     if spoken:
                         self.messages.append({"role": "assistant", "content": spoken})
                 return turn
-            settled = self._settled(calls)
+            settled = self._settled(calls, gen)
             if not spoken and self._invented(calls, settled):
                 lacking = True   # no call: the model answers in words, from the same prompt
                 continue

@@ -17,6 +17,7 @@ import json
 import re
 import unicodedata
 
+from app.agent.protocol import TOOL_CALL_RE
 from app.agent.spoken_times import times_in
 
 SAID = "x-said"  # the schema keyword: this argument must have been said in the conversation
@@ -145,6 +146,47 @@ def invented(name: str, arguments: dict, kept: dict, schemas: list[dict]) -> boo
     properties = schema["parameters"].get("properties", {})
     written = [k for k in arguments if properties.get(k, {}).get(SAID)]
     return bool(written) and not any(k in kept for k in written)
+
+
+UNMEANT_SHARE = 0.02  # below this share of the model's probability on what the grammar allowed, a value was forced
+_STRING_PAIR = re.compile(r'"((?:[^"\\]|\\.)*)"\s*:\s*"((?:[^"\\]|\\.)*)"')
+
+
+def is_free(spec: dict) -> bool:
+    """An x-said string with no values of its own to choose from (no enum, no clock pattern): a name, a service
+    (its examples aside), held to the caller's words by the reply grammar (`held`, `words_pattern`)."""
+    return bool(spec.get(SAID)) and spec.get("type") == "string" and "enum" not in spec and \
+        spec.get("pattern") != CLOCK_PATTERN
+
+
+def free_shares(text: str, offsets: list[int], shares: list[float], schemas: list[dict]) -> list[dict[str, float]]:
+    """Per tool call in `text` (a generation's; `offsets[i]` the character where its token i starts, `shares[i]`
+    the share of the model's probability the reply grammar allowed where that token was written), each free
+    x-said argument's (`is_free`) least share over the tokens of its value and the one that closed it.
+
+    A share below UNMEANT_SHARE means the model did not mean that value. The grammar holds a free value to the
+    caller's words (`held`); a model that meant one nobody said (a service the caller never named) then writes
+    whichever of their words is left ("please", "put": "We don't offer please."). Such a value was not said by
+    anyone: the agent drops it as `settle` drops an unsaid one, and the call asks for it."""
+    properties = {s["name"]: s["parameters"].get("properties", {}) for s in schemas}
+    out = []
+    for call in TOOL_CALL_RE.finditer(text):
+        body, start = call.group(1), call.start(1)
+        name = re.search(r'"name"\s*:\s*"([^"]*)"', body)
+        args_at = body.find('"arguments"')
+        least: dict[str, float] = {}
+        if name and args_at >= 0:
+            free = {k for k, spec in properties.get(name.group(1), {}).items() if is_free(spec)}
+            for pair in _STRING_PAIR.finditer(body, args_at + len('"arguments"')):
+                if pair.group(1) not in free:
+                    continue
+                first, last = start + pair.start(2), start + pair.end(2)  # the value, and its closing quote
+                tokens = [i for i, at in enumerate(offsets)
+                          if at <= last and (offsets[i + 1] if i + 1 < len(offsets) else len(text)) > first]
+                if tokens:
+                    least[pair.group(1)] = min(shares[i] for i in tokens)
+        out.append(least)
+    return out
 
 
 def missing_result(missing: list[str]) -> dict:

@@ -73,6 +73,21 @@ def test_a_booking_with_every_detail_is_booked_and_read_back(brain):
     assert [(r.service, r.start) for r in rows] == [("haircut", datetime(2026, 3, 3, 15, 0))]
 
 
+@pytest.mark.parametrize("request_words", [
+    "Hi. This is Marta calling. I'd like to book an appointment Friday at 11 a.m. please.",
+    "Good morning, I need an appointment Tuesday at 4 p.m. under Olga, thanks.",
+    "Hello, I want to make a booking for Wednesday at 10 in the morning, it's for Daniel.",
+])
+def test_a_booking_that_names_no_service_asks_for_one(brain, request_words):
+    """The model meant a service nobody named, and the grammar, holding it to the caller's words, let it write
+    only one of theirs: "We don't offer please." was the reply. Such a value is no one's (its share of the model's
+    probability, app.agent.said.free_shares): the call lacks the service, nothing is booked, the agent asks."""
+    agent = agent_for(brain)
+    turn = agent.respond(request_words)
+    assert turn.tool_calls == [] and "?" in turn.reply and "offer" not in turn.reply, (turn.reply, agent.messages)
+    assert "service" in json.loads(agent.messages[2]["content"])["result"]["missing"], agent.messages
+
+
 def test_a_booking_without_a_time_gets_a_question(brain):
     turn = agent_for(brain).respond("Can I get a beard trim on Friday? It's for Tom.")
     assert [name for name, _ in calls(turn)] in ([], ["check_availability"])

@@ -7,7 +7,7 @@ from app.agent.loop import Agent
 from app.agent.options import AgentOptions
 from app.agent.profile import load_profile
 from app.agent.protocol import format_tool_call
-from app.agent.said import held, is_said, unsaid
+from app.agent.said import UNMEANT_SHARE, free_shares, held, is_said, unsaid
 from app.agent.schema_grammar import ReplyGrammar
 from app.agent.store import open_store
 from app.agent.tools import SCHEMAS, Toolbox
@@ -103,6 +103,72 @@ def test_a_call_with_one_detail_said_still_asks_for_the_rest():
     turn = agent.respond("okay and uh, a beard trim?")
     assert turn.reply == "What day would you like to come in?"
     assert json.loads(agent.messages[2]["content"])["result"]["missing"] == ["day", "time", "name"]
+
+
+class _Chars:
+    """A tokenizer of one token per character, for generations that say how much each token's grammar allowed."""
+    @staticmethod
+    def decode(ids, skip_special_tokens=True):
+        return "".join(map(chr, ids))
+
+
+def _forced(text: str, value: str, share: float = 0.004) -> list[float]:
+    """Per character of `text`, the share the grammar allowed: `share` on the first character of `value`'s
+    first appearance after `"service":`, 1.0 elsewhere (the model's own choice)."""
+    at = text.index(f'"service":"{value}"') + len('"service":"')
+    return [share if i == at else 1.0 for i in range(len(text))]
+
+
+def _below(text: str, shares: list[float]) -> list[set[str]]:
+    least = free_shares(text, list(range(len(text))), shares, SCHEMAS)
+    return [{k for k, share in call.items() if share < UNMEANT_SHARE} for call in least]
+
+
+def test_the_free_values_the_grammar_forced_are_found():
+    """A value (a name, a service: no values of its own to choose from) one of whose tokens had almost none of
+    the model's probability on what the grammar allowed was not the model's; a day or a time (the model chose
+    among values said) and the call's keys are not judged so."""
+    call = format_tool_call("book_appointment", {"name": "Victor", "day": "wednesday", "time": "10:30",
+                                                 "service": "please"})
+    text = f"{call}Sure."
+    assert free_shares(text, list(range(len(text))), _forced(text, "please"), SCHEMAS) == [
+        {"name": 1.0, "service": 0.004}]
+    assert _below(text, _forced(text, "please")) == [{"service"}]
+    assert _below(text, _forced(text, "please", share=0.5)) == [set()]
+    day = [0.004 if i == text.index("wednesday") else 1.0 for i in range(len(text))]
+    assert _below(text, day) == [set()]
+    key = [0.004 if i == text.index('"arguments"') + 2 else 1.0 for i in range(len(text))]
+    assert _below(text, key) == [set()]
+    # the token that closes the value counts: the model wanted to go on ("hair" + "cut" where only "hair" was said)
+    closing = [0.004 if i == text.index('please"') + len("please") else 1.0 for i in range(len(text))]
+    assert _below(text, closing) == [{"service"}]
+    two = text + format_tool_call("list_appointments", {"name": "Victor"})
+    assert _below(two, _forced(two, "please")) == [{"service"}, set()]
+
+
+def test_a_service_the_grammar_forced_on_the_model_is_asked_for_not_booked():
+    """"I want to make a booking Wednesday at 10:30 a.m. please": a model that meant a service nobody named
+    could only write one of the caller's words; "please" is no service the caller asked for: the call lacks the
+    service, and the agent asks for it ("We don't offer please." was the reply before)."""
+    booking = format_tool_call("book_appointment", {"name": "Victor", "day": "wednesday", "time": "10:30",
+                                                    "service": "please"})
+    question = "Sure, what service would you like?"
+    agent, engine = _agent([booking, question])
+    engine.tokenizer = _Chars()
+    generate = engine.generate
+
+    def with_shares(messages, **kwargs):
+        gen = generate(messages, **kwargs)
+        gen.ids = [ord(c) for c in gen.text]
+        gen.shares = _forced(gen.text, "please") if gen.text == booking else [1.0] * len(gen.text)
+        return gen
+    engine.generate = with_shares
+    turn = agent.respond("Hi. This is Victor calling. I want to make a booking Wednesday at 10:30 a.m. please.")
+    assert turn.tool_calls == [] and turn.reply == question
+    assert agent.messages[1]["content"] == format_tool_call("book_appointment", {
+        "name": "Victor", "day": "wednesday", "time": "10:30"})  # held: the service left out
+    assert json.loads(agent.messages[2]["content"])["result"]["missing"] == ["service"]
+    assert agent.toolbox.store.for_name("Victor") == []
 
 
 def test_the_grammar_lets_a_call_leave_out_what_was_not_said_yet():
