@@ -19,7 +19,7 @@ def register(subparsers) -> None:
                    help="decode tool calls without the tools' schemas (app.agent.schema_grammar), to measure what "
                         "they do")
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
-    p.add_argument("--show-misses", action="store_true", help="print a few failed turns per metric")
+    p.add_argument("--show-misses", action="store_true", help="print every failed turn, per metric")
     add_model_flags(p)
     p.set_defaults(func=run)
 

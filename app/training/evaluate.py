@@ -19,12 +19,12 @@ from app.training.dialogues.replies import SMALL_TALK_KEYS, facts
 class Tally:
     hits: int = 0
     total: int = 0
-    misses: list = field(default_factory=list)  # a few failures to print
+    misses: list = field(default_factory=list)  # every failure, to print
 
     def add(self, ok: bool, detail=None) -> None:
         self.hits += ok
         self.total += 1
-        if not ok and len(self.misses) < 5:
+        if not ok:
             self.misses.append(detail)
 
     @property
