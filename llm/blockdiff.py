@@ -37,6 +37,9 @@ class BlockOptions:
     threshold: float = DecodeOptions.threshold  # commit the next masked position while it is at least this confident
     stop_at_eos: bool = True      # False: always write max_new_tokens (benchmarks)
     draft_length: int = 0         # with a drafter: up to this many guessed tokens a pass, verified exactly
+    # with a matcher: stop ("unmeant") once a token is committed with less than this share of the model's
+    # probability on what the grammar allowed (a probe of a value the model may not mean: app.agent.loop)
+    least_share: float = 0.0
     # the most prompt positions one pass takes: a long prefill (a call whose history window moved) shares forwards
     # with other callers' passes instead of holding them for seconds. NOTE: a 700-token prefill took the same
     # time in chunks of 64 as whole (2.76 s against 2.72 s, one thread, SmolLM2 fp16), 3.1 s in chunks of 32
@@ -165,7 +168,7 @@ def block_reply(model: Transformer, prompt: list[int], special: SpecialIds, opts
         passes += 1
         prefix.ids += clean
         start += len(clean)
-        new, new_shares, stopped = [], [], False
+        new, new_shares, stopped, unmeant = [], [], False, False
         for j, row in enumerate(logits):
             if guess and j and guess[j - 1] != new[-1]:
                 break  # this row read a guess that was not committed
@@ -185,7 +188,10 @@ def block_reply(model: Transformer, prompt: list[int], special: SpecialIds, opts
             new.append(token)
             if matcher is not None:
                 new_shares.append(share)
-        while matcher is not None and not stopped and new and len(tokens) + len(new) < opts.max_new_tokens:
+                if share < opts.least_share:
+                    unmeant = True
+                    break
+        while matcher is not None and not stopped and not unmeant and new and len(tokens) + len(new) < opts.max_new_tokens:
             token = forced(matcher, special.stop)  # the only one the grammar allows: the model's, whatever its logits
             if token is None:
                 break
@@ -199,6 +205,8 @@ def block_reply(model: Transformer, prompt: list[int], special: SpecialIds, opts
         shares += new_shares
         if on_block is not None and new:
             on_block(new)
+        if unmeant:
+            return Decoded(tokens, passes, "unmeant", shares)
         if stopped or not new:  # the end of turn, or nothing the grammar allows
             return Decoded(tokens, passes, "eos", shares)
         if len(tokens) >= opts.max_new_tokens:

@@ -24,7 +24,7 @@ class Generation:
     tokens: int           # tokens generated (excluding the dropped canvas after EOS)
     seconds: float
     first_block_s: float  # time to the first on_block call (the whole run when no block settled)
-    stopped: str          # "eos", "length" or "cancelled"
+    stopped: str          # "eos", "length", "cancelled" or "unmeant" (least_share)
     ids: list[int] = field(default_factory=list)  # the reply's token ids (a block engine's; `written` included)
     # per id, the share of the model's probability the reply grammar allowed there (llm.generate.Decoded.shares;
     # 1.0 for `written` ids); empty without a grammar
@@ -136,7 +136,8 @@ class Engine:
                  steps: int | None = None, temperature: float = 0.0,
                  on_block: Callable[[str], None] | None = None, cancel: threading.Event | None = None,
                  use_cache: bool | str = True, seed: int | None = None, stop_at_eos: bool = True,
-                 matcher: Matcher | None = None, draft_length: int = 0, written: list[int] = ()) -> Generation:
+                 matcher: Matcher | None = None, draft_length: int = 0, written: list[int] = (),
+                 least_share: float = 0.0) -> Generation:
         """The assistant's reply to messages; on_block(text) gets each block's new text as soon as it settles.
 
         use_cache: True/"prefix" (Fast-dLLM prefix cache), "dual" (prefix and suffix), False/"none", or
@@ -144,13 +145,15 @@ class Engine:
         (llm.blockdiff); matcher: the reply grammar's state (app.agent.schema_grammar), which judges every commit;
         draft_length: up to this many tokens a pass guessed by the engine's drafter (prompt lookup) and verified,
         which changes the passes, not the reply; written: the ids of a reply begun earlier on these messages and
-        stopped (a draft's Generation.ids), which the reply goes on from (see generate_blocks).
+        stopped (a draft's Generation.ids), which the reply goes on from (see generate_blocks); least_share: with a
+        matcher, stop ("unmeant") at the first token committed with less than this share of the model's probability
+        on what the grammar allowed (BlockOptions.least_share).
         """
         if use_cache == "block":
             return self.generate_blocks(self.prompt_ids(messages), BlockOptions(
                 max_new_tokens=max_new_tokens, block_length=block_length, threshold=threshold,
-                stop_at_eos=stop_at_eos, draft_length=draft_length), on_block=on_block, cancel=cancel,
-                matcher=matcher, written=written)
+                stop_at_eos=stop_at_eos, draft_length=draft_length, least_share=least_share), on_block=on_block,
+                cancel=cancel, matcher=matcher, written=written)
         if matcher is not None or written:
             raise ValueError(f"a reply grammar's matcher and a written start need use_cache='block', not {use_cache!r}")
         opts = DecodeOptions(max_new_tokens=max_new_tokens, block_length=block_length, threshold=threshold,

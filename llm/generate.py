@@ -56,7 +56,7 @@ class DecodeOptions:
 class Decoded:
     tokens: list[int]   # the reply's ids, up to (not including) the first stop id
     passes: int         # denoising forward passes
-    stopped: str        # "eos", "length" or "cancelled"
+    stopped: str        # "eos", "length", "cancelled" or "unmeant" (BlockOptions.least_share)
     # under a grammar (block_reply's matcher): per token, the share of the model's probability the grammar allowed
     # where it was committed (1.0 for one the grammar forced); empty without a grammar
     shares: list[float] = field(default_factory=list)

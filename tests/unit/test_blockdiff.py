@@ -112,6 +112,13 @@ def test_each_token_says_the_share_of_the_models_probability_the_grammar_allowed
     free = block_reply(model, ids, SPECIAL, opts, PrefixCache(model.new_cache(1, 256)))
     assert free.shares == []  # no grammar, nothing to say
 
+    # least_share: the reply stops at its first token under it, that token committed, the rest as before
+    least = sorted(out.shares)[len(out.shares) // 2]
+    first = next(i for i, share in enumerate(out.shares) if share < least)
+    cut = block_reply(model, ids, SPECIAL, dataclasses.replace(opts, least_share=least), PrefixCache(model.new_cache(1, 256)),
+                      matcher=PatternMatcher())
+    assert cut.stopped == "unmeant" and cut.tokens == out.tokens[:first + 1] and cut.shares == out.shares[:first + 1]
+
 
 class EndsAfter:
     """A grammar that allows any token but stops for `n` tokens, then only the stop ids `stops` (and, with
