@@ -14,12 +14,19 @@ from app.agent import schema_grammar
 from app.agent.options import AgentOptions
 from app.agent.protocol import (TOOL_CALL_OPEN, ToolCall, TurnResult, forget_message, format_tool_call,
                                 parse_tool_calls, retract_last_user_turn, tool_message)
-from app.agent.said import UNMEANT_SHARE, free_shares, held, invented, missing_result, settle
+from app.agent.said import (UNMEANT_SHARE, free_shares, held, invented, missing_result, probe_prefix, probed_value,
+                            settle, value_words)
 from app.agent.speech_filter import SpeechFilter
 
 log = logging.getLogger(__name__)
 
 NEXT_TURN_TOKENS = 64   # room prepare_next keeps for the caller's next words (a spoken turn is rarely longer)
+PROBE_TOKENS = 16       # the most tokens a probe writes for one value (a name of a few words, a service, a time)
+# A probed value is the call's when the grammar allowed at least this share of the model's probability wherever it
+# was written: a value the model meant, not one forced on it. `parley -v eval --dialogues 60` (salon and bike shop,
+# 2026-12-04): names the callers gave had 0.72-1.0; greetings, days and sentence starts probed as names ("Hiya",
+# "Tuesday", "Could") up to 0.38. Taking every probed value, the salon made 5 calls where none was needed.
+PROBED_SHARE = 0.5
 
 
 @dataclass
@@ -27,6 +34,8 @@ class DraftStep:
     """One generation of a drafted turn, and the results of the calls it made when the draft ran them."""
     generation: object          # llm.engine.Generation; "cancelled": stopped early, the turn goes on from its ids
     results: list | None = None  # per call (Agent._settled's order): its result, or None for one lacking details
+    settled: list | None = None  # its calls as Agent._settled held them, probes included
+    probes: list = field(default_factory=list)  # the generations of those probes (their cost is the turn's)
 
 
 @dataclass
@@ -128,21 +137,92 @@ class Agent:
         return self.engine.generate(messages, max_new_tokens=opts.max_new_tokens, block_length=opts.block_length,
                                     threshold=opts.threshold, use_cache=opts.cache, on_block=on_block, cancel=cancel)
 
-    def _settled(self, calls: list[tuple[str, dict]], gen, messages: list[dict] | None = None
-                 ) -> list[tuple[str, dict, list[str]]]:
+    def _settled(self, calls: list[tuple[str, dict]], gen, messages: list[dict] | None = None,
+                 spent: list | None = None) -> list[tuple[str, dict, list[str]]]:
         """Each call of generation `gen` with what it lacks: with the embedded brain, less the x-said arguments
         nobody said in `messages` (the prompt's by default) and the free ones the grammar forced on the model
-        (`_unmeant`), and the required arguments it then lacks (app.agent.said.settle); a call that
-        lacks some is not run."""
+        (`_unmeant`), plus the required ones it left out that the model gives when asked (`_probed`), and the
+        required arguments it then lacks (app.agent.said.settle); a call that lacks some is not run. spent gets
+        the probes' generations."""
         if self.options.cache != "block":
             return [(name, arguments, []) for name, arguments in calls]
         messages, schemas = messages or self.prompt(), self.toolbox.schemas()
         forced = self._unmeant(gen, schemas)
         if len(forced) != len(calls):  # an unfinished call (parse_tool_calls's last) is not in the text's calls
             forced = forced + [set()] * (len(calls) - len(forced))
-        return [(name, *settle(name, {k: v for k, v in arguments.items() if k not in drop}, schemas, messages,
-                               self.toolbox.profile)) if name else (name, arguments, [])
-                for (name, arguments), drop in zip(calls, forced)]
+        out = []
+        for (name, arguments), drop in zip(calls, forced):
+            if not name:
+                out.append((name, arguments, []))
+                continue
+            kept, missing = settle(name, {k: v for k, v in arguments.items() if k not in drop}, schemas, messages,
+                                   self.toolbox.profile)
+            if missing and not invented(name, arguments, kept, schemas):
+                kept, missing = self._probed(name, arguments, kept, missing, messages, schemas, spent)
+            canonical = getattr(self.toolbox, "canonical", None)
+            out.append((name, canonical(kept) if canonical else kept, missing))
+        return out
+
+    def _probed(self, name: str, written: dict, kept: dict, missing: list[str], messages: list[dict],
+                schemas: list[dict], spent: list | None) -> tuple[dict, list[str]]:
+        """The call's arguments and what it lacks after probing each required argument the model left out of it
+        (`written`) while the conversation said a value it may take (the reply grammar holds it to those: `held`):
+        the model writes the call again up to that argument (`_probe`), and the value it writes is the call's
+        when it is said and the model meant it (PROBED_SHARE). A model may close a call before details the caller
+        gave turns ago ("this is Tyler", then the day, then the time): asking for them again is not what a
+        person at a front desk does. An argument the model wrote and `settle` dropped (nobody said it, or the
+        grammar forced it) is not probed: asked, the model would write it again. Nor is a value kept whose words
+        the call holds as another detail: with the call `{"day":"friday", ...}` before it in the history, asked
+        for the name the model copied "friday" (0.69 of its probability)."""
+        profile = self.toolbox.profile
+        schema = next(s for s in schemas if s["name"] == name)
+        spec = schema["parameters"].get("properties", {})
+        narrowed = next(s for s in held(schemas, messages, profile) if s["name"] == name)["parameters"]
+        for key in missing:
+            if key in written or narrowed.get("properties", {}).get(key) == spec.get(key):
+                continue  # written and dropped, or nothing said narrows it: the caller has not given it
+            value, share = self._probe(messages, name, kept, key, schema, spent)
+            log.debug("probed %s of %s: %r (share %.4f)", key, name, value, share)
+            if value is None or share < PROBED_SHARE or any(value_words(value) <= value_words(v)
+                                                            for v in kept.values() if isinstance(v, str)):
+                continue  # not meant, or a word the call already holds as another detail ("friday" as a name)
+            candidate, lack = settle(name, {**kept, key: value}, schemas, messages, profile)
+            if key in candidate:
+                kept, missing = candidate, lack
+        return kept, missing
+
+    def _probe(self, messages: list[dict], name: str, arguments: dict, key: str, schema: dict,
+               spent: list | None) -> tuple[str | None, float]:
+        """The value the model writes for argument `key` of a call of tool `name` that begins with `arguments`
+        (app.agent.said.probe_prefix), under the reply grammar, and the least share of the model's probability
+        the grammar allowed over its tokens (app.agent.said.probed_value); (None, 0.0) if it wrote none."""
+        replies = self._reply_grammar(messages)
+        if replies is None:
+            return None, 0.0
+        tokenizer, matcher = self.engine.tokenizer, replies.start()
+        ids = tokenizer.encode(probe_prefix(name, arguments, key, schema), add_special_tokens=False).ids
+        if not all(matcher.accept(t) for t in ids):
+            log.debug("a probe of %s: the grammar does not take %r", key, probe_prefix(name, arguments, key, schema))
+            return None, 0.0
+        start = len(tokenizer.decode(ids, skip_special_tokens=True))
+        closed, text = threading.Event(), []
+
+        def on_block(piece: str) -> None:  # stop once the value's closing quote is written
+            text.append(piece)
+            if probed_value("".join(text), start, [], [])[0] is not None:
+                closed.set()
+
+        gen = self.engine.generate(messages, max_new_tokens=len(ids) + PROBE_TOKENS, block_length=1,
+                                   threshold=self.options.threshold, use_cache="block", on_block=on_block,
+                                   cancel=closed, matcher=matcher, draft_length=self.options.draft_length,
+                                   written=ids, least_share=PROBED_SHARE)  # an unmeant token ends it at once
+        if spent is not None:
+            spent.append(gen)
+        log.debug("a probe of %s wrote %r in %.0f ms", key, gen.text[start:], 1000 * gen.seconds)
+        if len(gen.shares) != len(gen.ids):
+            return None, 0.0
+        offsets = [len(tokenizer.decode(gen.ids[:i], skip_special_tokens=True)) for i in range(len(gen.ids))]
+        return probed_value(gen.text, start, offsets, gen.shares)
 
     def _unmeant(self, gen, schemas: list[dict]) -> list[set[str]]:
         """Per call of `gen`, the free arguments whose value the grammar forced on the model (a share below
@@ -219,7 +299,7 @@ class Agent:
             calls, spoken = parse_tool_calls(gen.text)
             if gen.stopped == "cancelled" or not calls:
                 break
-            settled = self._settled(calls, gen, messages)
+            settled = step.settled = self._settled(calls, gen, messages, spent=step.probes)
             if not spoken and self._invented(calls, settled):
                 lacking = True   # answered in words, from the same prompt (as `respond` does)
                 continue
@@ -250,7 +330,8 @@ class Agent:
         for _ in range(opts.max_tool_rounds + 1):
             speech = SpeechFilter(on_text)
             step = drafted.pop(0) if drafted else None
-            if step is not None and step.generation.stopped != "cancelled":
+            drafted_gen = step is not None and step.generation.stopped != "cancelled"
+            if drafted_gen:
                 gen = step.generation                       # drafted during the user's silence
                 speech.feed(gen.text)
             else:  # after a call that lacked details, a question for them, not the same call again
@@ -268,7 +349,13 @@ class Agent:
                     if spoken:
                         self.messages.append({"role": "assistant", "content": spoken})
                 return turn
-            settled = self._settled(calls, gen)
+            if drafted_gen and step.settled is not None:
+                settled, probes = step.settled, step.probes  # held by the draft, probes and all
+            else:
+                probes = []
+                settled = self._settled(calls, gen, spent=probes)
+            for probe in probes:
+                turn.count(probe)
             if not spoken and self._invented(calls, settled):
                 lacking = True   # no call: the model answers in words, from the same prompt
                 continue

@@ -17,7 +17,7 @@ import json
 import re
 import unicodedata
 
-from app.agent.protocol import TOOL_CALL_RE
+from app.agent.protocol import TOOL_CALL_OPEN, TOOL_CALL_RE, compact
 from app.agent.spoken_times import times_in
 
 SAID = "x-said"  # the schema keyword: this argument must have been said in the conversation
@@ -42,6 +42,11 @@ def _stem(word: str) -> str:
 
 def _words(text: str) -> list[str]:
     return [_stem(w) for w in _SENTENCE_WORDS.findall(fold(text))]
+
+
+def value_words(value: str) -> set[str]:
+    """The words of a value as `says` compares them: "Friday" and "fridays" are {"friday"}."""
+    return set(_words(value))
 
 
 def _has_phrase(words: list[str], phrase: list[str]) -> bool:
@@ -187,6 +192,31 @@ def free_shares(text: str, offsets: list[int], shares: list[float], schemas: lis
                     least[pair.group(1)] = min(shares[i] for i in tokens)
         out.append(least)
     return out
+
+
+def probe_prefix(name: str, arguments: dict, key: str, schema: dict) -> str:
+    """The start of a call of tool `name` that goes on to argument `key`: its `arguments` that the schema lists
+    before `key` (the grammar's order), then `"key`, for the model to write the rest (`Agent._probe`). The key's
+    closing quote is the model's to write: it writes `":"` as one token, and a prompt cut after `":` reads to it
+    as nothing it has seen."""
+    order = list(schema["parameters"].get("properties", {}))
+    before = {k: arguments[k] for k in order[:order.index(key)] if k in arguments}
+    return TOOL_CALL_OPEN + compact({"name": name, "arguments": before})[:-2] + ("," if before else "") + \
+        compact(key)[:-1]
+
+
+def probed_value(text: str, start: int, offsets: list[int], shares: list[float]) -> tuple[str | None, float]:
+    """The JSON string value a probe wrote after the key that ends at character `start` of `text` (its
+    generation's; `offsets[i]` the character where token i starts, `shares[i]` its share of the model's
+    probability the grammar allowed), and the least share over the tokens of the value, quotes included: (None,
+    0.0) when the value did not close."""
+    value = re.match(r'": ?("(?:[^"\\]|\\.)*")', text[start:])  # the grammar allows one space after ":"
+    if value is None:
+        return None, 0.0
+    first, end = start + value.start(1), start + value.end(1)
+    tokens = [i for i, at in enumerate(offsets)
+              if at < end and (offsets[i + 1] if i + 1 < len(offsets) else len(text)) > first]
+    return json.loads(value.group(1)), min((shares[i] for i in tokens), default=0.0)
 
 
 def missing_result(missing: list[str]) -> dict:

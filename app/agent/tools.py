@@ -137,6 +137,14 @@ class Toolbox:
                 service["examples"] = [x.name for x in self.profile.services]
         return schemas
 
+    def canonical(self, arguments: dict) -> dict:
+        """A call's arguments with a service named by one of its aliases named as the business names it ("shave"
+        -> "beard trim"): what the call books, as its record and the conversation's history say it. Any other
+        value, one no service answers to included, stays as written."""
+        service = arguments.get("service")
+        known = named_service(self.profile, service) if isinstance(service, str) else None
+        return {**arguments, "service": known.name} if known is not None else arguments
+
     def read_only(self, name: str) -> bool:
         """Whether tool `name` changes nothing (its result may be drafted before the turn is sure)."""
         return name in self.READ_ONLY

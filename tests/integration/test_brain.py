@@ -131,6 +131,25 @@ def test_a_name_given_before_the_request_is_booked_under_it(brain):
                                                  "service": "haircut"})]
 
 
+@pytest.mark.parametrize("history, last, booking", [
+    (["Hello, my name is Ingrid. I'd like to come in for a haircut.", "What day would you like to come in?",
+      "Friday works.", "What time on Friday works for you?"], "Two in the afternoon, please.",
+     {"name": "Ingrid", "day": "friday", "time": "14:00", "service": "haircut"}),
+    (["Hi there, Marcus here. Can I get a beard trim?", "What day would you like to come in?",
+      "How about Wednesday?", "What time on Wednesday works for you?"], "Ten thirty in the morning.",
+     {"name": "Marcus", "day": "wednesday", "time": "10:30", "service": "beard trim"}),
+    (["Hey, this is Lucas. I need a kids haircut for my son.", "What day would you like to come in?"],
+     "Thursday at 4 pm if you can.", {"name": "Lucas", "day": "thursday", "time": "16:00", "service": "kids haircut"}),
+])
+def test_a_name_given_turns_ago_is_booked_not_asked_for_again(brain, history, last, booking):
+    """A history of spoken turns (as an API client sends one): the adapter closed the call without the name the
+    caller gave at the start and asked for it again; asked for the name (Agent._probed), it writes it."""
+    agent = agent_for(brain)
+    agent.messages = [{"role": ("user", "assistant")[i % 2], "content": text} for i, text in enumerate(history)]
+    turn = agent.respond(last)
+    assert calls(turn) == [("book_appointment", booking)], (turn.reply, agent.messages)
+
+
 def drafted_to_first_phrase(agent, text):
     """agent.draft(text) stopped as the session stops it: once the first phrase of its speech is written."""
     phrased, spoken = threading.Event(), []
