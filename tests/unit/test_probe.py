@@ -117,13 +117,32 @@ def test_a_word_the_call_holds_as_another_detail_is_no_probed_value():
     assert json.loads(agent.messages[-2]["content"])["result"]["missing"] == ["name"]
 
 
+def test_a_service_the_business_does_not_offer_is_no_probed_value():
+    """Probed into a booking that still lacked the name, "eyebrow waxing" stayed in the history's call, and the
+    next turn copied it where the caller had chosen a haircut."""
+    engine = _Scripted([format_tool_call("book_appointment", {"day": "wednesday", "time": "10:00"}),
+                        "Sure, what service would you like?"],
+                       {"service": ("eyebrow waxing", 0.9), "name": ("Lars", 0.9)})
+    agent = _agent(engine)
+    agent.messages = [{"role": "user", "content": "Hi, Lars here. How much is a haircut?"},
+                      {"role": "assistant", "content": "A haircut is $35."}]
+    turn = agent.respond("ok what about eyebrow waxing, can I book that for Wednesday at 10")
+    assert engine.probed == ["service", "name"] and turn.tool_calls == []
+    assert agent.messages[-3]["content"] == format_tool_call("book_appointment", {
+        "day": "wednesday", "time": "10:00", "name": "Lars"})
+    assert json.loads(agent.messages[-2]["content"])["result"]["missing"] == ["service"]
+
+
 def test_a_detail_nobody_gave_is_not_probed():
-    """No time was said: the call lacks it, and the model is not made to write one."""
+    """No time was said (but the clock a tool gave): the call lacks it, and the model is not made to write one."""
     engine = _Scripted([format_tool_call("book_appointment", {"name": "Ingrid", "day": "friday",
                                                                "service": "haircut"}),
                         "What time on Friday works for you?"])
     agent = _agent(engine)
-    agent.messages = agent.messages[:2]
+    agent.messages = agent.messages[:2] + [
+        {"role": "assistant", "content": format_tool_call("current_datetime", {})},
+        {"role": "tool", "content": '{"name":"current_datetime","result":{"ok":true,"time":"3:52 AM"}}'},
+        {"role": "assistant", "content": "It's 3:52 AM."}]
     turn = agent.respond("Friday works.")
     assert engine.probed == [] and turn.tool_calls == []
     assert json.loads(agent.messages[-2]["content"])["result"]["missing"] == ["time"]
