@@ -174,13 +174,24 @@ class Engine:
             raise ValueError("the end-of-turn probability needs a model pretrained left to right")
         words = text.strip().rstrip(".?!,;: ")
         prompt = chat.render_open_turn(messages, words, self.chat_style, self.bos_token)
-        ids = self.tokenizer.encode(prompt, add_special_tokens=False).ids
+        probabilities = self._next_probabilities(self.tokenizer.encode(prompt, add_special_tokens=False).ids)
+        ends = {self.tokenizer.token_to_id(t) for t in (chat.END_OF_TURN[self.chat_style], ".", "?", "!")} - {None}
+        return float(probabilities[sorted(ends)].sum())
+
+    @torch.inference_mode()
+    def first_token_probabilities(self, messages: list[dict]) -> torch.Tensor:
+        """The model's probabilities (fp32, (vocab,)) for the first token of its reply to `messages`: one pass over
+        the prompt's positions the reused KV cache does not hold, whose keys stay there for the reply that follows.
+        Needs a model decoded left to right with the block cache (SmolLM2's)."""
+        if not self.left_to_right:
+            raise ValueError("the first token's probabilities need a model pretrained left to right")
+        return self._next_probabilities(self.prompt_ids(messages))
+
+    def _next_probabilities(self, ids: list[int]) -> torch.Tensor:
         self._check_fits(len(ids), 1)
         with self._caches.lent(ids) as prefix, self.batcher.joined() as run:
             logits = next_token_logits(self.model, ids, prefix, self.special.mask, run=run)
-        probabilities = torch.softmax(logits, dim=-1)
-        ends = {self.tokenizer.token_to_id(t) for t in (chat.END_OF_TURN[self.chat_style], ".", "?", "!")} - {None}
-        return float(probabilities[sorted(ends)].sum())
+        return torch.softmax(logits, dim=-1)
 
     @torch.inference_mode()
     def prefill(self, messages: list[dict], cancel: threading.Event | None = None) -> None:

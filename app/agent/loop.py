@@ -8,14 +8,15 @@ calls held to the details the conversation said (app.agent.said).
 """
 import logging
 import threading
+import time
 from dataclasses import dataclass, field
 
 from app.agent import schema_grammar
 from app.agent.options import AgentOptions
 from app.agent.protocol import (TOOL_CALL_OPEN, ToolCall, TurnResult, forget_message, format_tool_call,
                                 parse_tool_calls, retract_last_user_turn, tool_message)
-from app.agent.said import (UNMEANT_SHARE, Said, free_shares, held, invented, missing_result, probe_prefix,
-                            probed_value, says_a_value, settle, value_words)
+from app.agent.said import (SAID, UNMEANT_SHARE, Said, free_shares, held, invented, leading_parts, missing_result,
+                            probe_prefix, probed_value, says_a_value, settle, value_words)
 from app.agent.spoken_times import times_in
 from app.agent.speech_filter import SpeechFilter
 
@@ -28,6 +29,12 @@ PROBE_TOKENS = 16       # the most tokens a probe writes for one value (a name o
 # 2026-12-04): names the callers gave had 0.72-1.0; greetings, days and sentence starts probed as names ("Hiya",
 # "Tuesday", "Could") up to 0.38. Taking every probed value, the salon made 5 calls where none was needed.
 PROBED_SHARE = 0.5
+# A caller's last few words may be a courtesy that turns an answer into small talk for the model: "Joaquin Santos,
+# thanks." (asked for a name) drew "You're welcome!" with 0.001 of its probability on a call, "Joaquin Santos." a
+# call. When the model would not call for the whole turn, it is asked again without up to this many last words,
+# and the reply opens with a call when it would call for what is left (CALL_SHARE of its probability).
+COURTESY_WORDS = 4
+CALL_SHARE = 0.5
 
 
 @dataclass
@@ -124,7 +131,11 @@ class Agent:
         if opts.cache == "block":  # the embedded SmolLM2 brain: its calls are held to the tools' schemas
             replies = self._reply_grammar(messages, speech_only=speech_only)
             matcher = None if replies is None else replies.start()
-            written = list(getattr(resume, "ids", None) or [])
+            written, asked = list(getattr(resume, "ids", None) or []), 0.0
+            if matcher is not None and not written and not speech_only:
+                acted, asked = self._acted_on_part(messages, replies, cancel)
+                if acted is not None:
+                    return acted
             if matcher is not None and not all(matcher.accept(t) for t in written):
                 matcher, written = replies.start(), []  # not this grammar's start: written again
             resumed = {"written": written} if written else {}
@@ -134,9 +145,71 @@ class Agent:
             before = list(getattr(resume, "shares", None) or [])
             if written and len(before) == len(written) and len(gen.shares) >= len(written):
                 gen.shares[:len(written)] = before  # how the draft wrote them
+            gen.seconds += asked
             return gen
         return self.engine.generate(messages, max_new_tokens=opts.max_new_tokens, block_length=opts.block_length,
                                     threshold=opts.threshold, use_cache=opts.cache, on_block=on_block, cancel=cancel)
+
+    def _acted_on_part(self, messages: list[dict], replies, cancel) -> tuple[object | None, float]:
+        """The call the model writes for the caller's last turn without its last few words (`_called_part`), when
+        it lacks nothing the tool needs (`_settled`, probes included) and holds a detail the part says
+        (`_rests_on`), and the seconds this took (the generation's own included); (None, seconds) otherwise: a
+        call the caller's words did not ask for is not made for them, the model answers the whole turn its own way."""
+        started = time.perf_counter()
+        part = self._called_part(messages)
+        opening = self.engine.tokenizer.encode(TOOL_CALL_OPEN, add_special_tokens=False).ids
+        matcher = replies.start()
+        if part is None or not all(matcher.accept(t) for t in opening):
+            return None, time.perf_counter() - started
+        opts = self.options
+        gen = self.engine.generate(messages[:-1] + [{"role": "user", "content": part}],
+                                   max_new_tokens=opts.max_new_tokens, block_length=opts.block_length,
+                                   threshold=opts.threshold, use_cache="block", cancel=cancel, matcher=matcher,
+                                   draft_length=opts.draft_length, written=opening)
+        calls, spoken = parse_tool_calls(gen.text)
+        settled = self._settled(calls, gen, messages) if calls and not spoken else []
+        seconds = time.perf_counter() - started
+        if gen.stopped == "cancelled" or not settled or any(not name or missing for name, _, missing in settled):
+            log.debug("the call for %r lacks details: %r", part, gen.text)
+            return None, seconds
+        if not self._rests_on(settled, part):
+            log.debug("the call for %r holds nothing its words said: %r", part, gen.text)
+            return None, seconds
+        gen.seconds = seconds
+        return gen, seconds
+
+    def _rests_on(self, settled, words: str) -> bool:
+        """Whether a call of `settled` holds a detail the caller gives in `words` (an x-said argument whose value
+        they say): the answer the part gave. "Okay so, Awesome." drew the bike shop's hours, a call resting on
+        nothing the caller said, where "Okay so, Awesome, thank you." wanted small talk."""
+        said, schemas = Said([words], self.toolbox.profile), {s["name"]: s for s in self.toolbox.schemas()}
+        return any(schemas[name]["parameters"].get("properties", {}).get(key, {}).get(SAID)
+                   and isinstance(value, str) and said.says(value)
+                   for name, arguments, _ in settled for key, value in arguments.items())
+
+    def _called_part(self, messages: list[dict]) -> str | None:
+        """The caller's last turn in `messages` without its last few words (app.agent.said.leading_parts,
+        COURTESY_WORDS), when the model would open its reply to that with a call and would not to the whole turn
+        (CALL_SHARE of its probability on a call's first token); else None. The decision to act is the model's, on
+        what the caller asked: a trailing "thanks" or "see you then" does not make an answer small talk, and the
+        call is the one the model writes for the words it acts on (for the whole turn, having begun a call, it
+        may write another: "Emeka, thanks." after "Can I have your name?" transferred the call). One pass over the
+        few tokens the reused KV cache does not hold, per part asked; none for a turn of one clause."""
+        probabilities = getattr(self.engine, "first_token_probabilities", None)
+        if probabilities is None or not messages or messages[-1]["role"] != "user":
+            return None
+        parts = leading_parts(messages[-1]["content"], COURTESY_WORDS)
+        if not parts:
+            return None
+        opening = self.engine.tokenizer.encode(TOOL_CALL_OPEN, add_special_tokens=False).ids[0]
+        if float(probabilities(messages)[opening]) >= CALL_SHARE:
+            return None  # the model opens with a call on its own
+        for part in parts:
+            share = float(probabilities(messages[:-1] + [{"role": "user", "content": part}])[opening])
+            if share >= CALL_SHARE:
+                log.debug("a call for %r without its last words (%r: %.3f)", messages[-1]["content"], part, share)
+                return part
+        return None
 
     def _settled(self, calls: list[tuple[str, dict]], gen, messages: list[dict] | None = None,
                  spent: list | None = None) -> list[tuple[str, dict, list[str]]]:

@@ -219,6 +219,24 @@ def probed_value(text: str, start: int, offsets: list[int], shares: list[float])
     return json.loads(value.group(1)), min((shares[i] for i in tokens), default=0.0)
 
 
+_CLAUSE_END = re.compile(r"[,;.?!]+(?=\s)")
+
+
+def leading_parts(text: str, most_words: int) -> list[str]:
+    """`text` without its last clause, then without its last two, and so on, longest first, while the words left
+    out are at most `most_words` and some remain: "Joaquin Santos, thanks, thanks." -> ["Joaquin Santos, thanks.",
+    "Joaquin Santos."]. A clause ends at a comma or a sentence end; each part ends as a sentence does, as a speech
+    recognizer writes it."""
+    text = text.strip()
+    parts = []
+    for cut in reversed(list(_CLAUSE_END.finditer(text))):
+        lead = text[:cut.start()].strip()
+        if not _SENTENCE_WORDS.search(lead) or len(_SENTENCE_WORDS.findall(text[cut.start():])) > most_words:
+            break
+        parts.append(lead + (cut.group().strip(",;")[-1:] or "."))
+    return parts
+
+
 def missing_result(missing: list[str]) -> dict:
     """What a call that lacks required details returns to the model instead of running."""
     return {"ok": False, "missing": list(missing)}

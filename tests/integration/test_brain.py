@@ -150,6 +150,25 @@ def test_a_name_given_turns_ago_is_booked_not_asked_for_again(brain, history, la
     assert calls(turn) == [("book_appointment", booking)], (turn.reply, agent.messages)
 
 
+@pytest.mark.parametrize("profile, history, last, booking", [
+    (None, ["Hi, could I get a blow dry on Thursday at eleven in the morning?", "Can I have your name, please?"],
+     "Priya Natarajan, thanks.", {"name": "Priya Natarajan", "day": "thursday", "time": "11:00",
+                                  "service": "blow dry"}),
+    (BIKE_SHOP, ["Hello, this is Kenji Watanabe, I need a flat tire repair tomorrow.",
+                 "What time tomorrow works for you?"],
+     "Oh, 2 pm, thanks so much.", {"name": "Kenji Watanabe", "day": "tomorrow", "time": "14:00",
+                                   "service": "flat tire repair"}),
+])
+def test_an_answer_with_thanks_after_it_is_acted_on(brain, profile, history, last, booking):
+    """Asked for a detail, a caller who gives it and thanks the agent in the same breath was told "You're
+    welcome!" by the adapter (training holds "thanks" out as a tail); the turn without its courtesy is acted on
+    (Agent._called_part)."""
+    agent = agent_for(brain, profile)
+    agent.messages = [{"role": ("user", "assistant")[i % 2], "content": text} for i, text in enumerate(history)]
+    turn = agent.respond(last)
+    assert calls(turn) == [("book_appointment", booking)], (turn.reply, agent.messages)
+
+
 def drafted_to_first_phrase(agent, text):
     """agent.draft(text) stopped as the session stops it: once the first phrase of its speech is written."""
     phrased, spoken = threading.Event(), []
