@@ -15,6 +15,20 @@ class FakeGeneration:
     stopped: str
 
 
+@dataclass
+class SharedGeneration:
+    """A block engine's generation under a reply grammar (llm.engine.Generation): its ids, and per id the share of
+    the model's probability the grammar allowed there."""
+    text: str
+    ids: list
+    shares: list
+    passes: int = 1
+    tokens: int = 1
+    seconds: float = 0.0
+    first_block_s: float = 0.0
+    stopped: str = "eos"
+
+
 class FakeEngine:
     """Engine.generate's signature; the reply is `script(messages)`, streamed in blocks of `block_words` words.
 

@@ -2,7 +2,6 @@
 model would open its reply to the turn without them with a call, and would not to the whole turn, the reply opens
 with the call it writes for those words. "Joaquin Santos, thanks." after "Can I have your name?" drew "You're
 welcome!" from the adapted brain; "Joaquin Santos." a booking."""
-from dataclasses import dataclass
 from datetime import datetime
 from types import SimpleNamespace
 
@@ -17,6 +16,7 @@ from app.agent.said import leading_parts
 from app.agent.store import open_store
 from app.agent.tools import Toolbox
 from tests.checkpoints import train_bpe
+from tests.fakes import SharedGeneration
 
 END = "<|end|>"
 TOKENIZER = train_bpe([END])
@@ -37,18 +37,6 @@ HISTORY = [{"role": "user", "content": "Hi, a haircut on Friday at two in the af
 ])
 def test_leading_parts_leave_out_a_few_last_words(text, parts):
     assert leading_parts(text, 4) == parts
-
-
-@dataclass
-class _Generation:
-    text: str
-    ids: list
-    shares: list
-    passes: int = 1
-    tokens: int = 1
-    seconds: float = 0.0
-    first_block_s: float = 0.0
-    stopped: str = "eos"
 
 
 class _Minded:
@@ -90,7 +78,7 @@ class _Minded:
         assert matcher is None or all(matcher.accept(t) for t in ids[len(written):]), text  # written: taken
         if on_block is not None:
             on_block(text)
-        return _Generation(text, ids, [1.0] * len(written) + [share] * (len(ids) - len(written)))
+        return SharedGeneration(text, ids, [1.0] * len(written) + [share] * (len(ids) - len(written)))
 
 
 def _agent(engine):

@@ -3,7 +3,6 @@
 the call's when the model meant it (PROBED_SHARE of its probability on what the grammar allowed)."""
 import json
 import re
-from dataclasses import dataclass
 from datetime import datetime
 from types import SimpleNamespace
 
@@ -15,23 +14,12 @@ from app.agent.said import probe_prefix, probed_value
 from app.agent.store import open_store
 from app.agent.tools import SCHEMAS, Toolbox
 from tests.checkpoints import train_bpe
+from tests.fakes import SharedGeneration
 
 PROFILE = load_profile(None)
 BOOK = next(s for s in SCHEMAS if s["name"] == "book_appointment")
 END = "<|end|>"
 TOKENIZER = train_bpe([END])
-
-
-@dataclass
-class _Generation:
-    text: str
-    ids: list
-    shares: list
-    passes: int = 1
-    tokens: int = 1
-    seconds: float = 0.0
-    first_block_s: float = 0.0
-    stopped: str = "eos"
 
 
 class _Scripted:
@@ -62,7 +50,7 @@ class _Scripted:
         text = self.tokenizer.decode(ids)
         if on_block is not None:
             on_block(text)
-        return _Generation(text, ids, shares)
+        return SharedGeneration(text, ids, shares)
 
 
 HISTORY = [{"role": "user", "content": "Hello, my name is Ingrid. I'd like to come in for a haircut."},
