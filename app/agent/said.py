@@ -389,6 +389,10 @@ def held(schemas: list[dict], messages: list[dict], profile=None) -> list[dict]:
       when they said any; else one of those the conversation said, when it said any. The model chooses between
       readings ("three thirty": 03:30 or 15:30; "3:30 p.m.": 15:30 alone; the one the business is open at,
       when it is open at one only) but never writes a time nobody said;
+    - a string the schema gives `examples` of (a service) is made of the caller's latest words when they name one
+      of them: "Just a kids cut please." after "I'm sorry. We don't offer eyelash extensions." was booked as
+      eyelash extensions again, copied from the refused call (as a day and a time, the service the caller names
+      last is the one they mean);
     - any other x-said string without a pattern of its own (a name, a service) is made of words the caller said
       (`words_pattern`, `callers_own_runs`): the model picks the caller's words ("Noah Smith"), never a name of
       its own ("Owen Smith", which `settle` would drop, leaving the call to ask for the name again), nor a word
@@ -402,6 +406,8 @@ def held(schemas: list[dict], messages: list[dict], profile=None) -> list[dict]:
     asked = asked_for(messages, schemas, own, said_last, times_last)
     free = words_pattern(Said([m["content"] for m in messages if m["role"] == "user"], profile),
                          [run for _, run in own])
+    last_index = max((i for i, m in enumerate(messages) if m["role"] == "user"), default=-1)
+    named_last = words_pattern(said_last, [run for i, run in own if i == last_index])
     enums: dict[tuple, list[str]] = {}  # the days of every tool that takes one are held alike
     out = json.loads(json.dumps(schemas))
     for s in out:
@@ -426,6 +432,10 @@ def held(schemas: list[dict], messages: list[dict], profile=None) -> list[dict]:
                     last = latest(messages, lambda text: _said_in(values, text, profile))
                     enums[values] = [v for v in values if v in last] or [v for v in values if said.says(v)] or values
                 spec["enum"] = list(enums[values])
-            elif free and "pattern" not in spec:
+            elif "pattern" in spec:
+                continue
+            elif "examples" in spec and named_last and says_a_value(spec, said_last, times_last):
+                spec["pattern"] = named_last  # a service the business offers, named last: the latest words'
+            elif free:
                 spec["pattern"] = free
     return out

@@ -302,6 +302,30 @@ def test_a_detail_the_caller_changes_is_held_to_the_new_one():
     assert _held_property(messages, "check_availability", "day")["enum"] == ["wednesday"]
 
 
+def test_a_service_named_last_is_held_to_the_latest_words():
+    """"Just a kids cut please." after a refused "eyelash extensions" was booked as eyelash extensions again."""
+    import re
+
+    messages = [{"role": "user", "content": "Hiya. I'd like eyelash extensions Thursday at 4:45 pm. I'm Abdul."},
+                {"role": "assistant", "content": format_tool_call("book_appointment", {
+                    "name": "Abdul", "day": "thursday", "time": "16:45", "service": "eyelash extensions"})},
+                {"role": "tool", "content": '{"result": {"ok": false, "error": "We don\'t offer eyelash extensions."}}'},
+                {"role": "assistant", "content": "I'm sorry. We don't offer eyelash extensions. Which one would you like?"},
+                {"role": "user", "content": "Just a kids cut please."}]
+    schemas = Toolbox(PROFILE, open_store(":memory:")).schemas()  # the services as the examples of `service`
+
+    def pattern(key):
+        return next(s for s in held(schemas, messages, PROFILE)
+                    if s["name"] == "book_appointment")["parameters"]["properties"][key]["pattern"]
+
+    service = pattern("service")
+    assert re.fullmatch(service, "kids haircut") and not re.fullmatch(service, "eyelash extensions")
+    assert re.fullmatch(pattern("name"), "Abdul")  # a name is still any of the caller's words
+    # naming none of the business's services, the latest words leave the service to what the caller said before
+    messages[-1] = {"role": "user", "content": "Hmm, what about at 5 pm?"}
+    assert re.fullmatch(pattern("service"), "eyelash extensions")
+
+
 def test_the_clock_of_a_tool_result_is_no_time_the_caller_asked_for():
     messages = [{"role": "user", "content": "what time is it?"},
                 {"role": "assistant", "content": format_tool_call("current_datetime", {})},
