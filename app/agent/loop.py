@@ -15,8 +15,8 @@ from app.agent import schema_grammar
 from app.agent.options import AgentOptions
 from app.agent.protocol import (TOOL_CALL_OPEN, ToolCall, TurnResult, forget_message, format_tool_call,
                                 parse_tool_calls, retract_last_user_turn, tool_message)
-from app.agent.said import (SAID, UNMEANT_SHARE, Said, free_shares, held, invented, leading_parts, missing_result,
-                            probe_prefix, probed_value, says_a_value, settle, value_words)
+from app.agent.said import (UNMEANT_SHARE, Said, free_shares, held, invented, leading_parts, missing_result,
+                            probe_prefix, probed_value, rests_on, says_a_value, settle, value_words)
 from app.agent.spoken_times import times_in
 from app.agent.speech_filter import SpeechFilter
 
@@ -153,13 +153,14 @@ class Agent:
     def _acted_on_part(self, messages: list[dict], replies, cancel) -> tuple[object | None, float]:
         """The call the model writes for the caller's last turn without its last few words (`_called_part`), when
         it lacks nothing the tool needs (`_settled`, probes included) and holds a detail the part says
-        (`_rests_on`), and the seconds this took (the generation's own included); (None, seconds) otherwise: a
-        call the caller's words did not ask for is not made for them, the model answers the whole turn its own way."""
+        (app.agent.said.rests_on), and the seconds this took (the generation's own included); (None, seconds)
+        otherwise: a call the caller's words did not ask for is not made for them, the model answers the whole
+        turn its own way."""
         started = time.perf_counter()
-        part = self._called_part(messages)
         opening = self.engine.tokenizer.encode(TOOL_CALL_OPEN, add_special_tokens=False).ids
-        matcher = replies.start()
-        if part is None or not all(matcher.accept(t) for t in opening):
+        part = self._called_part(messages, opening[0])
+        matcher = None if part is None else replies.start()
+        if matcher is None or not all(matcher.accept(t) for t in opening):
             return None, time.perf_counter() - started
         opts = self.options
         gen = self.engine.generate(messages[:-1] + [{"role": "user", "content": part}],
@@ -172,36 +173,29 @@ class Agent:
         if gen.stopped == "cancelled" or not settled or any(not name or missing for name, _, missing in settled):
             log.debug("the call for %r lacks details: %r", part, gen.text)
             return None, seconds
-        if not self._rests_on(settled, part):
+        schemas, profile = self.toolbox.schemas(), self.toolbox.profile
+        if not any(rests_on(name, arguments, schemas, [part], profile) for name, arguments, _ in settled):
+            # "Okay so, Awesome." drew the bike shop's hours, where "Okay so, Awesome, thank you." wanted small talk
             log.debug("the call for %r holds nothing its words said: %r", part, gen.text)
             return None, seconds
         gen.seconds = seconds
         return gen, seconds
 
-    def _rests_on(self, settled, words: str) -> bool:
-        """Whether a call of `settled` holds a detail the caller gives in `words` (an x-said argument whose value
-        they say): the answer the part gave. "Okay so, Awesome." drew the bike shop's hours, a call resting on
-        nothing the caller said, where "Okay so, Awesome, thank you." wanted small talk."""
-        said, schemas = Said([words], self.toolbox.profile), {s["name"]: s for s in self.toolbox.schemas()}
-        return any(schemas[name]["parameters"].get("properties", {}).get(key, {}).get(SAID)
-                   and isinstance(value, str) and said.says(value)
-                   for name, arguments, _ in settled for key, value in arguments.items())
-
-    def _called_part(self, messages: list[dict]) -> str | None:
+    def _called_part(self, messages: list[dict], opening: int) -> str | None:
         """The caller's last turn in `messages` without its last few words (app.agent.said.leading_parts,
         COURTESY_WORDS), when the model would open its reply to that with a call and would not to the whole turn
         (CALL_SHARE of its probability on a call's first token); else None. The decision to act is the model's, on
         what the caller asked: a trailing "thanks" or "see you then" does not make an answer small talk, and the
         call is the one the model writes for the words it acts on (for the whole turn, having begun a call, it
         may write another: "Emeka, thanks." after "Can I have your name?" transferred the call). One pass over the
-        few tokens the reused KV cache does not hold, per part asked; none for a turn of one clause."""
+        few tokens the reused KV cache does not hold, per part asked; none for a turn of one clause. opening: the
+        id of a call's first token."""
         probabilities = getattr(self.engine, "first_token_probabilities", None)
         if probabilities is None or not messages or messages[-1]["role"] != "user":
             return None
         parts = leading_parts(messages[-1]["content"], COURTESY_WORDS)
         if not parts:
             return None
-        opening = self.engine.tokenizer.encode(TOOL_CALL_OPEN, add_special_tokens=False).ids[0]
         if float(probabilities(messages)[opening]) >= CALL_SHARE:
             return None  # the model opens with a call on its own
         for part in parts:

@@ -111,13 +111,22 @@ def is_said(value: str, texts: list[str], profile=None) -> bool:
 
 def unsaid(name: str, arguments: dict, schemas: list[dict], messages: list[dict], profile=None) -> list[str]:
     """The arguments of a call of tool `name` that its schema marks x-said and the conversation never said."""
-    schema = next((s for s in schemas if s["name"] == name), None)
-    if schema is None:
-        return []
     said = Said(conversation_text(messages), profile)
-    properties = schema["parameters"].get("properties", {})
-    return [key for key, value in arguments.items()
-            if properties.get(key, {}).get(SAID) and isinstance(value, str) and not said.says(value)]
+    return [key for key, value in _said_strings(name, arguments, schemas).items() if not said.says(value)]
+
+
+def rests_on(name: str, arguments: dict, schemas: list[dict], texts: list[str], profile=None) -> bool:
+    """Whether a call of tool `name` holds a detail `texts` say: an x-said argument whose value they say."""
+    said = Said(texts, profile)
+    return any(said.says(value) for value in _said_strings(name, arguments, schemas).values())
+
+
+def _said_strings(name: str, arguments: dict, schemas: list[dict]) -> dict:
+    """The string arguments of a call of tool `name` that its schema marks x-said (none for an unknown tool)."""
+    schema = next((s for s in schemas if s["name"] == name), None)
+    properties = {} if schema is None else schema["parameters"].get("properties", {})
+    return {key: value for key, value in arguments.items()
+            if properties.get(key, {}).get(SAID) and isinstance(value, str)}
 
 
 def lacking(schema: dict, arguments: dict) -> list[str]:
