@@ -6,24 +6,30 @@ import sys
 
 from app.commands.common import UsageError
 
-# Modules that each add one subcommand (or a group of them) to the parser.
-COMMAND_MODULES = (
-    "app.commands.serve",
-    "app.commands.converse",
-    "app.commands.chat",
-    "app.commands.mic",
-    "app.commands.llm",
-    "app.commands.adapt",
-    "app.commands.eval",
-)
+# The module that adds each subcommand (or group of them) to the parser.
+COMMAND_MODULES = {
+    "serve": "app.commands.serve",
+    "converse": "app.commands.converse",
+    "chat": "app.commands.chat",
+    "mic": "app.commands.mic",
+    "llm": "app.commands.llm",
+    "adapt": "app.commands.adapt",
+    "eval": "app.commands.eval",
+}
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """The parser of every command, or only of the command argv names: `parley llm bench` then never imports
+    the modules of the others (adapt's defaults import the model stack; a machine that only benchmarks the LLM
+    need not have the speech stack)."""
     parser = argparse.ArgumentParser(prog="parley", description="A real-time voice agent.")
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug details")
     subparsers = parser.add_subparsers(dest="command", required=True)
-    for name in COMMAND_MODULES:
-        importlib.import_module(name).register(subparsers)
+    words = [a for a in argv or () if not a.startswith("-")]
+    named = words[0] if words and words[0] in COMMAND_MODULES else None
+    for command, module in COMMAND_MODULES.items():
+        if named in (None, command):
+            importlib.import_module(module).register(subparsers)
     return parser
 
 
@@ -40,7 +46,8 @@ def flush_denormals() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    args = build_parser(argv).parse_args(argv)
     flush_denormals()
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,

@@ -1,9 +1,9 @@
 """Kernel benchmarks: `python -m kernels.bench` prints each kernel's time against its torch reference.
 
 On a GPU the sizes are LLaDA-8B's (d_model 4096, 32 heads of 128, MLP 12288, vocab 126464, a block of 32
-queries against prefixes of 128 to 2048) and the times are medians from triton.testing.do_bench, which
-flushes L2 between runs. On the CPU the kernels run at small sizes through Triton's interpreter, to show that
-the command works: those times say nothing about speed.
+queries against prefixes of 128 to 2048), then the embedded SmolLM2-135M's (a block of 4), and the times are
+medians from triton.testing.do_bench, which flushes L2 between runs. On the CPU the kernels run at small sizes
+through Triton's interpreter, to show that the command works: those times say nothing about speed.
 """
 import argparse
 import os
@@ -40,9 +40,9 @@ def _nbytes(*tensors) -> int:
     return sum(t.numel() * t.element_size() for t in tensors)
 
 
-def _norm_case(rows, dev, dt):
-    x, w = torch.randn(rows, 4096, device=dev, dtype=dt), torch.randn(4096, device=dev, dtype=dt)
-    return Case("rms_norm", f"x ({rows}, 4096)", lambda: rms_norm(x, w, 1e-5),
+def _norm_case(rows, dev, dt, width=4096):
+    x, w = torch.randn(rows, width, device=dev, dtype=dt), torch.randn(width, device=dev, dtype=dt)
+    return Case("rms_norm", f"x ({rows}, {width})", lambda: rms_norm(x, w, 1e-5),
                 lambda: rms_norm_ref(x, w, 1e-5), 2 * _nbytes(x) + _nbytes(w))
 
 
@@ -89,7 +89,13 @@ def cases(dev: torch.device, dt: torch.dtype) -> list[Case]:
            _swiglu_case(32, 12288, dev, dt), _swiglu_case(2080, 12288, dev, dt)]
     out += [_attention_case(32, 32, prefix + 32, 128, dev, dt) for prefix in (128, 512, 1024, 2048)]
     out += [_attention_case(32, 2048, 2048, 128, dev, dt)]
-    return out + [_confidence_case(32, 126464, dev, dt), _confidence_case(2080, 126464, dev, dt)]
+    out += [_confidence_case(32, 126464, dev, dt), _confidence_case(2080, 126464, dev, dt)]
+    # the embedded brain's sizes (SmolLM2-135M: d_model 576, 9 heads of 64, MLP 1536, vocab 49152 + the mask): a
+    # block of 4 against a 512-token prompt, and the prompt's prefill; launch latency, not bandwidth, bounds these
+    out += [_norm_case(4, dev, dt, 576), _norm_case(512, dev, dt, 576), _swiglu_case(4, 1536, dev, dt),
+            _rope_case(4, 9, 64, dev, dt), _attention_case(9, 4, 516, 64, dev, dt),
+            _attention_case(9, 512, 512, 64, dev, dt)]
+    return out + [_confidence_case(4, 49153, dev, dt)]
 
 
 def time_us(fn: Callable, dev: torch.device, reps: int) -> float:

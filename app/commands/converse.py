@@ -5,8 +5,6 @@ import sys
 from pathlib import Path
 
 from app.commands.common import add_model_flags, load_services
-from app.transports.file import converse
-from speech.audio import AudioFormatError, read_wav, write_wav
 
 
 def register(subparsers) -> None:
@@ -20,6 +18,9 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
+    from app.transports.file import converse  # deferred: the model stack (see app/commands/__init__.py)
+    from speech.audio import AudioFormatError, read_wav, write_wav  # deferred: the model stack (see app/commands/__init__.py)
+
     try:
         audio = read_wav(args.input)
     except (AudioFormatError, OSError) as exc:
