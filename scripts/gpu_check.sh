@@ -33,7 +33,7 @@ if [[ " $STAGES " == *" kernels "* ]]; then
     step 240 "kernel tests" "$PYTHON" -m pytest -q -p no:cacheprovider \
         tests/gpu/test_kernels_cuda.py tests/unit/test_kernels.py tests/unit/test_kernels_dispatch.py
     step 150 "kernels.bench --no-compile" "$PYTHON" -m kernels.bench --no-compile
-    step 200 "kernels.bench" "$PYTHON" -m kernels.bench
+    step 150 "kernels.bench" "$PYTHON" -m kernels.bench
 fi
 
 if [[ " $STAGES " == *" llm "* ]]; then
