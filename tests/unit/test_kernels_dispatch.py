@@ -68,6 +68,22 @@ def test_triton_choice_runs_every_kernel_on_cpu_through_the_interpreter(choose, 
     assert token.shape == conf.shape == (3,)
 
 
+@pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="needs Triton's interpreter")
+def test_a_list_of_ops_runs_those_in_triton_and_the_rest_in_torch(choose, monkeypatch):
+    choose(" swiglu, RMS_NORM ")
+    assert kernels.backend() == "rms_norm,swiglu"
+    norm, glu, attend = (_spy(monkeypatch, m, name) for m, name in (
+        (kernels._rms_norm, "rms_norm"), (kernels._swiglu, "swiglu"), (kernels._attention, "attention")))
+    x = torch.randn(2, 4, 5, 64)
+    kernels.rms_norm(x, torch.ones(64), 1e-5)
+    kernels.swiglu(x, x)
+    kernels.attention(x, x[:, :2], x[:, :2])
+    assert (norm, glu, attend) == (["rms_norm"], ["swiglu"], [])
+    choose("swiglu,softmax")
+    with pytest.raises(ValueError, match="confidence_argmax"):
+        kernels.backend()
+
+
 def test_without_triton_auto_falls_back_and_triton_choice_explains(tmp_path):
     script = (
         "import sys; sys.modules['triton'] = None\n"  # makes `import triton` raise ImportError
