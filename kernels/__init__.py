@@ -1,9 +1,10 @@
-"""Kernels for the diffusion LM's hot path, dispatched once: Triton on CUDA, the torch reference on the CPU.
+"""Kernels for the diffusion LM's hot path, dispatched once: each op runs its Triton kernel or its torch reference.
 
-`PARLEY_KERNELS=triton|torch|auto` (default auto) overrides the choice, or names the ops that run in Triton
-(`PARLEY_KERNELS=rms_norm,swiglu`: the others run torch's); with `TRITON_INTERPRET=1 PARLEY_KERNELS=triton` the
-Triton kernels run on CPU tensors through Triton's interpreter. The variable is read once, on the first call.
-Without Triton installed, auto falls back to the torch references.
+`PARLEY_KERNELS=auto|triton|torch` (default auto) chooses, or names the ops that run in Triton
+(`PARLEY_KERNELS=rms_norm,swiglu`: the others run torch's). auto runs in Triton the ops of AUTO_TRITON_OPS on CUDA
+tensors, and torch's everywhere else. With `TRITON_INTERPRET=1 PARLEY_KERNELS=triton` the Triton kernels run on
+CPU tensors through Triton's interpreter. The variable is read once, on the first call. Without Triton installed,
+auto uses the torch references.
 """
 import functools
 import os
@@ -22,6 +23,13 @@ from kernels.swiglu import swiglu_ref
 
 BACKENDS = ("auto", "triton", "torch")
 OPS = ("rms_norm", "rope", "swiglu", "attention", "confidence_argmax")
+# NOTE: none, by measurement. On an H200 (2026-12-04, BENCHMARKS.md) the embedded brain wrote a reply in 119 ms
+# median with torch's ops, 204 ms with every op in Triton, 174 ms with rms_norm, rope and swiglu in Triton, 214 ms
+# with attention alone: at 135M parameters a pass is bound by launches (~18 ms for 30 layers), and each Triton
+# launch costs more on the host than torch's. Alone, the kernels beat torch eager at LLaDA-8B sizes (rms_norm,
+# rope 2-3x, confidence_argmax 2.5-11.7x) but attention loses to torch's SDPA at every size measured (0.26-0.89x).
+# An op earns its place here when a whole model's replies are faster with it (`scripts/gpu_check.sh ops`).
+AUTO_TRITON_OPS: frozenset[str] = frozenset()
 
 __all__ = ["backend", "rms_norm", "rope", "swiglu", "attention", "confidence_argmax", "rms_norm_ref", "rope_ref",
            "swiglu_ref", "attention_ref", "confidence_argmax_ref"]
@@ -47,7 +55,7 @@ def backend() -> str:
 def _use_triton(x, op: str) -> bool:
     choice = backend()
     if choice == "auto":
-        return HAS_TRITON and x.is_cuda
+        return op in AUTO_TRITON_OPS and HAS_TRITON and x.is_cuda
     chosen = choice == "triton" or op in choice.split(",")
     if chosen and not x.is_cuda and not INTERPRET:
         raise ValueError(f"PARLEY_KERNELS={choice} on CPU tensors needs TRITON_INTERPRET=1 set before kernels is "

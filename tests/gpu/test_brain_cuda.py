@@ -1,7 +1,8 @@
-"""The embedded brain (SmolLM2 + Parley's adapter) on a CUDA GPU, its hot path through the Triton kernels, against
-the same model on the CPU (torch references): the same first-token probabilities and the same greedy reply."""
+"""The embedded brain (SmolLM2 + Parley's adapter) on a CUDA GPU, its hot path through the Triton kernels or torch's
+ops, against the same model on the CPU (torch references): the same first-token probabilities and greedy reply."""
 import pytest
-import torch
+
+import kernels
 
 from app.settings import SMOLLM2_ADAPTER_DIR
 from llm import load
@@ -21,9 +22,14 @@ def on_cpu():
 
 
 @requires_cuda
-@pytest.mark.parametrize("dtype, most_apart", [("float32", 1e-3), ("bfloat16", 0.05)])
-def test_the_brain_on_the_gpu_reads_the_prompt_as_the_cpu_does(on_cpu, dtype, most_apart):
+@pytest.mark.parametrize("choice, dtype, most_apart", [("triton", "float32", 1e-3), ("triton", "bfloat16", 0.05),
+                                                       ("auto", "float32", 1e-3)])
+def test_the_brain_on_the_gpu_reads_the_prompt_as_the_cpu_does(on_cpu, monkeypatch, request, choice, dtype,
+                                                                most_apart):
     cpu_probabilities, cpu_reply = on_cpu
+    monkeypatch.setenv("PARLEY_KERNELS", choice)
+    kernels.backend.cache_clear()  # read again now, and again after the test
+    request.addfinalizer(kernels.backend.cache_clear)
     engine = load(SMOLLM2_ADAPTER_DIR, device="cuda", dtype=dtype)
     probabilities = engine.first_token_probabilities(MESSAGES).float().cpu()
     # half the L1 distance: the most probability any set of tokens gains or loses between the two devices

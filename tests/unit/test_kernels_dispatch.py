@@ -1,4 +1,4 @@
-"""The dispatcher: PARLEY_KERNELS read once, Triton for CUDA (or the interpreter on request), torch otherwise."""
+"""The dispatcher: PARLEY_KERNELS read once; Triton where chosen (on CUDA, or the interpreter on request), torch otherwise."""
 import os
 import subprocess
 import sys
@@ -108,9 +108,11 @@ def test_triton_choice_without_interpreter_explains(choose, monkeypatch):
 
 
 @requires_cuda
-def test_auto_uses_triton_on_cuda_tensors(choose, monkeypatch):
-    choose("auto")
+@pytest.mark.parametrize("choice, in_triton", [("auto", "swiglu" in kernels.AUTO_TRITON_OPS), ("triton", True),
+                                               ("swiglu", True), ("rms_norm", False), ("torch", False)])
+def test_each_choice_runs_swiglu_on_cuda_tensors_where_it_says(choose, monkeypatch, choice, in_triton):
+    choose(choice)
     calls = _spy(monkeypatch, kernels._swiglu, "swiglu")
     x = torch.randn(3, 16, device="cuda")
     torch.testing.assert_close(kernels.swiglu(x, x), kernels.swiglu_ref(x, x))
-    assert calls == ["swiglu"]
+    assert calls == (["swiglu"] if in_triton else [])
