@@ -115,6 +115,17 @@ def voiced_s(samples: np.ndarray) -> float:
     return float((np.sqrt((frames ** 2).mean(axis=1)) > 300).sum() * BLOCK / 16_000)
 
 
+def voiced_part(samples: np.ndarray, margin_s: float = 0.2) -> np.ndarray:
+    """The samples from the first voiced block to the last, with a margin: Whisper tiny, given the reply after
+    3 s of silence, once heard it twice ("We open at 9 ... close at 5. We open at 9 ... close at 5.")."""
+    frames = samples[: len(samples) // BLOCK * BLOCK].reshape(-1, BLOCK).astype(np.float64)
+    voiced = np.flatnonzero(np.sqrt((frames ** 2).mean(axis=1)) > 300)
+    if len(voiced) == 0:
+        return samples[:0]
+    margin = int(margin_s * 16_000)
+    return samples[max(0, voiced[0] * BLOCK - margin):(voiced[-1] + 1) * BLOCK + margin]
+
+
 def wait_for(condition, timeout_s: float, what: str, proc: subprocess.Popen | None = None) -> None:
     deadline = time.monotonic() + timeout_s
     while not condition():
@@ -147,15 +158,16 @@ def test_mic_mode_answers_a_spoken_question_on_a_sound_device(sound_home, speak,
             proc.kill()
             raise
         reader.join(2)
-    assert code == 0, proc.stderr.read()
+    errors = proc.stderr.read()
+    assert code == 0, errors
     text = "".join(lines)
     assert "you   : What time do you open tomorrow?" in text
     assert f"parley: {REPLY}" in text
     assert "speakers: the agent cannot be interrupted" in text       # the echo-safe default
     reply = np.fromfile(out, dtype="<i2")
     assert voiced_s(reply) > 1.5
-    heard = transcriber.transcribe(reply)
-    assert word_error_rate(REPLY, heard) <= 0.35, heard                 # OUT.raw holds the spoken reply
+    heard = transcriber.transcribe(voiced_part(reply))
+    assert word_error_rate(REPLY, heard) <= 0.35, heard                 # OUT.raw holds the spoken reply, once
 
 
 def test_list_devices_and_a_missing_device_fail_fast_with_a_clear_message(sound_home):
