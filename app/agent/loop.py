@@ -15,8 +15,8 @@ from app.agent import schema_grammar
 from app.agent.options import AgentOptions
 from app.agent.protocol import (TOOL_CALL_OPEN, ToolCall, TurnResult, forget_message, format_tool_call,
                                 parse_tool_calls, retract_last_user_turn, tool_message)
-from app.agent.said import (UNMEANT_SHARE, Said, free_shares, held, invented, leading_parts, missing_result,
-                            probe_prefix, probed_value, rests_on, says_a_value, settle, value_words)
+from app.agent.said import (UNMEANT_SHARE, Said, free_shares, fullest, held, invented, leading_parts,
+                            missing_result, probe_prefix, probed_value, rests_on, says_a_value, settle, value_words)
 from app.agent.spoken_times import times_in
 from app.agent.speech_filter import SpeechFilter
 
@@ -209,9 +209,9 @@ class Agent:
                  spent: list | None = None) -> list[tuple[str, dict, list[str]]]:
         """Each call of generation `gen` with what it lacks: with the embedded brain, less the x-said arguments
         nobody said in `messages` (the prompt's by default) and the free ones the grammar forced on the model
-        (`_unmeant`), plus the required ones it left out that the model gives when asked (`_probed`), and the
-        required arguments it then lacks (app.agent.said.settle); a call that lacks some is not run. spent gets
-        the probes' generations."""
+        (`_unmeant`), plus the required ones it left out that the model gives when asked (`_probed`), a name in
+        the fullest form the caller just said it (`fullest`), and the required arguments it then lacks
+        (app.agent.said.settle); a call that lacks some is not run. spent gets the probes' generations."""
         if self.options.cache != "block":
             return [(name, arguments, []) for name, arguments in calls]
         messages, schemas = messages or self.prompt(), self.toolbox.schemas()
@@ -227,6 +227,7 @@ class Agent:
                                    self.toolbox.profile)
             if missing and not invented(name, arguments, kept, schemas):
                 kept, missing = self._probed(name, arguments, kept, missing, messages, schemas, spent)
+            kept = fullest(name, kept, schemas, messages)
             canonical = getattr(self.toolbox, "canonical", None)
             out.append((name, canonical(kept) if canonical else kept, missing))
         return out

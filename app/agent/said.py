@@ -285,6 +285,39 @@ def callers_own_runs(messages: list[dict]) -> list[tuple[int, list[str]]]:
     return runs
 
 
+def fullest(name: str, arguments: dict, schemas: list[dict], messages: list[dict]) -> dict:
+    """The call's arguments with each free x-said string that gives no `examples` (a name) in the fullest form the
+    caller's latest message says it: a value that is a whole run of the caller's own words there becomes the
+    longer run that holds it, when every word of that run is written capitalized, as a name is. People give a
+    surname and then the whole name: for "García. Lucía García." the model wrote "García", and the caller was
+    booked, then looked up, under half of it. A run that adds a word not written as a name ("Rose is fine"), a
+    value that is only part of a run, or a longer run that does not hold the value ("Ahmed. My wife Leila Haddad")
+    leave the value as written."""
+    schema = next((s for s in schemas if s["name"] == name), None)
+    last_index = max((i for i, m in enumerate(messages) if m["role"] == "user"), default=-1)
+    if schema is None or last_index < 0:
+        return arguments
+    properties = schema["parameters"].get("properties", {})
+    runs = [run for i, run in callers_own_runs(messages) if i == last_index]
+    out = dict(arguments)
+    for key, value in arguments.items():
+        spec = properties.get(key, {})
+        if not isinstance(value, str) or not is_free(spec) or spec.get("examples"):
+            continue
+        words = _WRITTEN_WORD.findall(value)
+        if words not in runs:
+            continue
+        holding = [run for run in runs if len(run) > len(words) and all(w[0].isupper() for w in run)
+                   and any(run[i:i + len(words)] == words for i in range(len(run) - len(words) + 1))]
+        if holding:
+            longest = max(holding, key=len)
+            written = re.search(r"(?<![^\W_])" + r"[\s-]+".join(map(re.escape, longest)) + r"(?![^\W_])",
+                                messages[last_index]["content"])
+            if written is not None:
+                out[key] = written.group()
+    return out
+
+
 def _run_pattern(run: list[str]) -> str:
     """A regex of every stretch of consecutive words of `run`, joined by a space or a hyphen; a stretch is never
     one letter alone (the caller's "I" is no name)."""

@@ -7,7 +7,7 @@ from app.agent.loop import Agent
 from app.agent.options import AgentOptions
 from app.agent.profile import load_profile
 from app.agent.protocol import format_tool_call
-from app.agent.said import UNMEANT_SHARE, free_shares, held, is_said, unsaid
+from app.agent.said import UNMEANT_SHARE, free_shares, fullest, held, is_said, unsaid
 from app.agent.schema_grammar import ReplyGrammar
 from app.agent.store import open_store
 from app.agent.tools import SCHEMAS, Toolbox
@@ -401,3 +401,24 @@ def test_a_name_the_agent_asked_for_is_written_when_the_caller_answers_with_it()
     assert "name" not in required(messages[:-1] + [{"role": "user", "content": "a beard trim please"}])
     assert "name" not in required(messages[:-1] + [{"role": "user", "content": "what service would you like?"}])
     assert "name" not in required(messages[:2] + [{"role": "user", "content": "it's Dana Okafor"}])  # nobody asked
+
+
+def _booked_by(*said: str, name: str) -> str:
+    messages = [{"role": "system", "content": "You answer calls for a salon. Book, cancel, and tell the hours."}]
+    for words in said:
+        messages += [{"role": "user", "content": words}, {"role": "assistant", "content": "Can I have your name?"}]
+    args = {"name": name, "day": "thursday", "time": "19:00", "service": "blow dry"}
+    return fullest("book_appointment", args, SCHEMAS, messages[:-1])["name"]
+
+
+def test_a_surname_then_the_whole_name_books_the_whole_name():
+    assert _booked_by("García. Lucía García.", name="García") == "Lucía García"
+    assert _booked_by("Sayed. Fatima Al-Sayed", name="Sayed") == "Fatima Al-Sayed"     # as it was written
+    assert _booked_by("Lucía García.", name="Lucía García") == "Lucía García"
+
+
+def test_a_name_is_not_lengthened_past_what_the_caller_wrote_as_a_name():
+    assert _booked_by("Ahmed. My wife is Leila Haddad", name="Ahmed") == "Ahmed"     # no run holds it
+    assert _booked_by("Rose. Rose, fine", name="Rose") == "Rose"                     # "fine" is no name
+    assert _booked_by("Tom Baker please", name="Tom") == "Tom"                       # part of a run, not a run
+    assert _booked_by("Dana Reyes.", "uh, Reyes. yes", name="Reyes") == "Reyes"      # the latest message only
