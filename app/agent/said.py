@@ -66,6 +66,13 @@ def named_service(profile, text: str):
     return max(named, key=lambda n: n[0])[1] if named else None
 
 
+def names_last(value: str, messages: list[dict], profile) -> bool:
+    """Whether `value` is a service of the profile that the caller's latest message names (`named_service`)."""
+    last = next((m["content"] for m in reversed(messages) if m["role"] == "user"), "")
+    service = named_service(profile, value) if profile is not None and last else None
+    return service is not None and named_service(profile, last) == service
+
+
 def _spoken_reply(message: dict) -> bool:
     """An agent's message that was spoken, not a tool call."""
     return message["role"] == "assistant" and not message["content"].startswith("<")

@@ -7,7 +7,7 @@ from app.agent.loop import Agent
 from app.agent.options import AgentOptions
 from app.agent.profile import load_profile
 from app.agent.protocol import format_tool_call
-from app.agent.said import UNMEANT_SHARE, free_shares, fullest, held, is_said, unsaid
+from app.agent.said import UNMEANT_SHARE, free_shares, fullest, held, is_said, names_last, unsaid
 from app.agent.schema_grammar import ReplyGrammar
 from app.agent.store import open_store
 from app.agent.tools import SCHEMAS, Toolbox
@@ -422,3 +422,14 @@ def test_a_name_is_not_lengthened_past_what_the_caller_wrote_as_a_name():
     assert _booked_by("Rose. Rose, fine", name="Rose") == "Rose"                     # "fine" is no name
     assert _booked_by("Tom Baker please", name="Tom") == "Tom"                       # part of a run, not a run
     assert _booked_by("Dana Reyes.", "uh, Reyes. yes", name="Reyes") == "Reyes"      # the latest message only
+
+
+def test_a_service_is_named_last_by_its_name_or_an_alias_in_the_latest_words_only():
+    refused = [{"role": "user", "content": "Can I book eyelash extensions?"},
+               {"role": "assistant", "content": "I'm sorry. We don't offer eyelash extensions."}]
+    assert names_last("blow dry", refused + [{"role": "user", "content": "Just a styling please."}], PROFILE)
+    assert names_last("styling", refused + [{"role": "user", "content": "a blow dry then"}], PROFILE)
+    assert not names_last("haircut", refused + [{"role": "user", "content": "Just a styling please."}], PROFILE)
+    assert not names_last("blow dry", [{"role": "user", "content": "a blowout"},
+                                       {"role": "user", "content": "Rohan. Thanks."}], PROFILE)
+    assert not names_last("please", [{"role": "user", "content": "a perm please"}], PROFILE)  # no service
