@@ -324,7 +324,8 @@ class Agent:
         forced = [{k for k, share in call.items() if share < UNMEANT_SHARE} for call in least]
         for drop, call in zip(forced, least):
             if drop:
-                log.info("the grammar forced %s on the model", ", ".join(f"{k} (share {call[k]:.4f})" for k in sorted(drop)))
+                log.info("the grammar forced %s on the model",
+                         ", ".join(f"{k} (share {call[k]:.4f})" for k in sorted(drop)))
         return forced
 
     def _invented(self, calls: list[tuple[str, dict]], settled) -> bool:

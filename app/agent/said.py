@@ -66,9 +66,19 @@ def named_service(profile, text: str):
     return max(named, key=lambda n: n[0])[1] if named else None
 
 
+def latest_user(messages: list[dict]) -> int:
+    """The index of the caller's latest message in `messages`; -1 when there is none."""
+    return max((i for i, m in enumerate(messages) if m["role"] == "user"), default=-1)
+
+
+def _latest_words(messages: list[dict]) -> str:
+    index = latest_user(messages)
+    return messages[index]["content"] if index >= 0 else ""
+
+
 def names_last(value: str, messages: list[dict], profile) -> bool:
     """Whether `value` is a service of the profile that the caller's latest message names (`named_service`)."""
-    last = next((m["content"] for m in reversed(messages) if m["role"] == "user"), "")
+    last = _latest_words(messages)
     service = named_service(profile, value) if profile is not None and last else None
     return service is not None and named_service(profile, last) == service
 
@@ -301,7 +311,7 @@ def fullest(name: str, arguments: dict, schemas: list[dict], messages: list[dict
     value that is only part of a run, or a longer run that does not hold the value ("Ahmed. My wife Leila Haddad")
     leave the value as written."""
     schema = next((s for s in schemas if s["name"] == name), None)
-    last_index = max((i for i, m in enumerate(messages) if m["role"] == "user"), default=-1)
+    last_index = latest_user(messages)
     if schema is None or last_index < 0:
         return arguments
     properties = schema["parameters"].get("properties", {})
@@ -394,8 +404,8 @@ def asked_for(messages: list[dict], schemas: list[dict], own: list[tuple[int, li
     callers_own_runs) and no other detail that call lacked: "it's Dana Okafor" after a call that lacked the
     service and the name is the name, whatever the agent asked for first, while "a beard trim" is the service.
     Empty otherwise."""
-    last = max((i for i, m in enumerate(messages) if m["role"] == "user"), default=None)
-    if last is None or not any(index == last for index, _ in own):
+    last = latest_user(messages)
+    if last < 0 or not any(index == last for index, _ in own):
         return {}  # no words of the caller's own in their latest message
     for m in reversed(messages[:last]):
         if m["role"] == "user":
@@ -449,13 +459,13 @@ def held(schemas: list[dict], messages: list[dict], profile=None) -> list[dict]:
     said = Said(conversation_text(messages), profile)
     open_at = getattr(profile, "open_at", None)
     heard = sorted(latest(messages, lambda text: times_in(text, open_at)) or said.times)
-    last = next((m["content"] for m in reversed(messages) if m["role"] == "user"), "")
+    last = _latest_words(messages)
     said_last, times_last = Said([last], profile), times_in(last, open_at, clock_only=True)
     own = callers_own_runs(messages)
     asked = asked_for(messages, schemas, own, said_last, times_last)
     free = words_pattern(Said([m["content"] for m in messages if m["role"] == "user"], profile),
                          [run for _, run in own])
-    last_index = max((i for i, m in enumerate(messages) if m["role"] == "user"), default=-1)
+    last_index = latest_user(messages)
     named_last = words_pattern(said_last, [run for i, run in own if i == last_index])
     enums: dict[tuple, list[str]] = {}  # the days of every tool that takes one are held alike
     out = json.loads(json.dumps(schemas))

@@ -19,7 +19,7 @@ def register(subparsers) -> None:
 
 def run(args) -> int:
     from app.transports.file import converse  # deferred: the model stack (see app/commands/__init__.py)
-    from speech.audio import AudioFormatError, read_wav, write_wav  # deferred: the model stack (see app/commands/__init__.py)
+    from speech.audio import AudioFormatError, read_wav, write_wav  # deferred: the model stack
 
     try:
         audio = read_wav(args.input)

@@ -1,4 +1,5 @@
-"""The dispatcher: PARLEY_KERNELS read once; Triton where chosen (on CUDA, or the interpreter on request), torch otherwise."""
+"""The dispatcher: PARLEY_KERNELS read once; Triton where chosen (on CUDA, or the interpreter on request), torch
+otherwise."""
 import os
 import subprocess
 import sys
