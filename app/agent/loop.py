@@ -8,42 +8,26 @@ calls held to the details the conversation said (app.agent.said).
 """
 import logging
 import threading
-import time
 from dataclasses import dataclass, field
 
-from app.agent import schema_grammar
+from app.agent.meant import CallCheck
 from app.agent.options import AgentOptions
 from app.agent.protocol import (TOOL_CALL_OPEN, ToolCall, TurnResult, forget_message, format_tool_call,
                                 parse_tool_calls, retract_last_user_turn, tool_message)
-from app.agent.said import (UNMEANT_SHARE, Said, free_shares, fullest, held, invented, leading_parts,
-                            missing_result, names_last, probe_prefix, probed_value, rests_on, says_a_value, settle,
-                            value_words)
-from app.agent.spoken_times import times_in
+from app.agent.said import missing_result
 from app.agent.speech_filter import SpeechFilter
 
 log = logging.getLogger(__name__)
 
 NEXT_TURN_TOKENS = 64   # room prepare_next keeps for the caller's next words (a spoken turn is rarely longer)
-PROBE_TOKENS = 16       # the most tokens a probe writes for one value (a name of a few words, a service, a time)
-# A probed value is the call's when the grammar allowed at least this share of the model's probability wherever it
-# was written: a value the model meant, not one forced on it. `parley -v eval --dialogues 60` (salon and bike shop,
-# 2026-12-04): names the callers gave had 0.72-1.0; greetings, days and sentence starts probed as names ("Hiya",
-# "Tuesday", "Could") up to 0.38. Taking every probed value, the salon made 5 calls where none was needed.
-PROBED_SHARE = 0.5
-# A caller's last few words may be a courtesy that turns an answer into small talk for the model: "Joaquin Santos,
-# thanks." (asked for a name) drew "You're welcome!" with 0.001 of its probability on a call, "Joaquin Santos." a
-# call. When the model would not call for the whole turn, it is asked again without up to this many last words,
-# and the reply opens with a call when it would call for what is left (CALL_SHARE of its probability).
-COURTESY_WORDS = 4
-CALL_SHARE = 0.5
 
 
 @dataclass
 class DraftStep:
     """One generation of a drafted turn, and the results of the calls it made when the draft ran them."""
     generation: object          # llm.engine.Generation; "cancelled": stopped early, the turn goes on from its ids
-    results: list | None = None  # per call (Agent._settled's order): its result, or None for one lacking details
-    settled: list | None = None  # its calls as Agent._settled held them, probes included
+    results: list | None = None  # per call (CallCheck.settled's order): its result, or None for one lacking details
+    settled: list | None = None  # its calls as CallCheck.settled held them, probes included
     probes: list = field(default_factory=list)  # the generations of those probes (their cost is the turn's)
 
 
@@ -61,6 +45,7 @@ class Agent:
         self.toolbox = toolbox
         self.system_prompt = system_prompt
         self.options = options
+        self.check = CallCheck(engine, toolbox, options)  # what the model meant by its calls, and what they lack
         self.messages: list[dict] = []   # the dialogue so far, system excluded
         self._first = 0                  # with max_history_turns 0, the first message the prompt keeps (prompt)
         self._lock = threading.Lock()    # respond and truncate_last_reply come from different threads
@@ -130,11 +115,11 @@ class Agent:
         draft's), which this one goes on from (the embedded brain; any other starts over)."""
         opts = self.options
         if opts.cache == "block":  # the embedded SmolLM2 brain: its calls are held to the tools' schemas
-            replies = self._reply_grammar(messages, speech_only=speech_only)
+            replies = self.check.reply_grammar(messages, speech_only=speech_only)
             matcher = None if replies is None else replies.start()
             written, asked = list(getattr(resume, "ids", None) or []), 0.0
             if matcher is not None and not written and not speech_only:
-                acted, asked = self._acted_on_part(messages, replies, cancel)
+                acted, asked = self.check.acted_on_part(messages, replies, cancel)
                 if acted is not None:
                     return acted
             if matcher is not None and not all(matcher.accept(t) for t in written):
@@ -151,211 +136,12 @@ class Agent:
         return self.engine.generate(messages, max_new_tokens=opts.max_new_tokens, block_length=opts.block_length,
                                     threshold=opts.threshold, use_cache=opts.cache, on_block=on_block, cancel=cancel)
 
-    def _acted_on_part(self, messages: list[dict], replies, cancel) -> tuple[object | None, float]:
-        """The call the model writes for the caller's last turn without its last few words (`_called_part`), when
-        it lacks nothing the tool needs (`_settled`, probes included) and holds a detail the part says
-        (app.agent.said.rests_on), and the seconds this took (the generation's own included); (None, seconds)
-        otherwise: a call the caller's words did not ask for is not made for them, the model answers the whole
-        turn its own way."""
-        started = time.perf_counter()
-        opening = self.engine.tokenizer.encode(TOOL_CALL_OPEN, add_special_tokens=False).ids
-        part = self._called_part(messages, opening[0])
-        matcher = None if part is None else replies.start()
-        if matcher is None or not all(matcher.accept(t) for t in opening):
-            return None, time.perf_counter() - started
-        opts = self.options
-        gen = self.engine.generate(messages[:-1] + [{"role": "user", "content": part}],
-                                   max_new_tokens=opts.max_new_tokens, block_length=opts.block_length,
-                                   threshold=opts.threshold, use_cache="block", cancel=cancel, matcher=matcher,
-                                   draft_length=opts.draft_length, written=opening)
-        calls, spoken = parse_tool_calls(gen.text)
-        settled = self._settled(calls, gen, messages) if calls and not spoken else []
-        seconds = time.perf_counter() - started
-        if gen.stopped == "cancelled" or not settled or any(not name or missing for name, _, missing in settled):
-            log.debug("the call for %r lacks details: %r", part, gen.text)
-            return None, seconds
-        schemas, profile = self.toolbox.schemas(), self.toolbox.profile
-        if not any(rests_on(name, arguments, schemas, [part], profile) for name, arguments, _ in settled):
-            # "Okay so, Awesome." drew the bike shop's hours, where "Okay so, Awesome, thank you." wanted small talk
-            log.debug("the call for %r holds nothing its words said: %r", part, gen.text)
-            return None, seconds
-        gen.seconds = seconds
-        return gen, seconds
-
-    def _called_part(self, messages: list[dict], opening: int) -> str | None:
-        """The caller's last turn in `messages` without its last few words (app.agent.said.leading_parts,
-        COURTESY_WORDS), when the model would open its reply to that with a call and would not to the whole turn
-        (CALL_SHARE of its probability on a call's first token); else None. The decision to act is the model's, on
-        what the caller asked: a trailing "thanks" or "see you then" does not make an answer small talk, and the
-        call is the one the model writes for the words it acts on (for the whole turn, having begun a call, it
-        may write another: "Emeka, thanks." after "Can I have your name?" transferred the call). One pass over the
-        few tokens the reused KV cache does not hold, per part asked; none for a turn of one clause. opening: the
-        id of a call's first token."""
-        probabilities = getattr(self.engine, "first_token_probabilities", None)
-        if probabilities is None or not messages or messages[-1]["role"] != "user":
-            return None
-        parts = leading_parts(messages[-1]["content"], COURTESY_WORDS)
-        if not parts:
-            return None
-        if float(probabilities(messages)[opening]) >= CALL_SHARE:
-            return None  # the model opens with a call on its own
-        for part in parts:
-            share = float(probabilities(messages[:-1] + [{"role": "user", "content": part}])[opening])
-            if share >= CALL_SHARE:
-                log.debug("a call for %r without its last words (%r: %.3f)", messages[-1]["content"], part, share)
-                return part
-        return None
-
-    def _settled(self, calls: list[tuple[str, dict]], gen, messages: list[dict] | None = None,
-                 spent: list | None = None) -> list[tuple[str, dict, list[str]]]:
-        """Each call of generation `gen` with what it lacks: with the embedded brain, less the x-said arguments
-        nobody said in `messages` (the prompt's by default) and the free ones the grammar forced on the model
-        (`_unmeant`), plus the required ones it left out that the model gives when asked (`_probed`), a name in
-        the fullest form the caller just said it (`fullest`), and the required arguments it then lacks
-        (app.agent.said.settle); a call that lacks some is not run. spent gets the probes' generations."""
-        if self.options.cache != "block":
-            return [(name, arguments, []) for name, arguments in calls]
-        messages, schemas = messages or self.prompt(), self.toolbox.schemas()
-        forced = self._unmeant(gen, schemas)
-        if len(forced) != len(calls):  # an unfinished call (parse_tool_calls's last) is not in the text's calls
-            forced = forced + [set()] * (len(calls) - len(forced))
-        out = []
-        for (name, arguments), drop in zip(calls, forced):
-            if not name:
-                out.append((name, arguments, []))
-                continue
-            # NOTE: a service the caller's latest words name is held to them (`held`), so the model, which meant
-            # another ("Just a styling please." after a refused "eyelash extensions": 98.7% on "ey"), is forced
-            # to it; that value is said now, not unmeant: dropped, the booking asked "what service?" again
-            said_now = {k for k in drop if names_last(str(arguments.get(k, "")), messages, self.toolbox.profile)}
-            if drop - said_now:
-                log.info("dropped, as unsaid: %s", ", ".join(sorted(drop - said_now)))
-            drop -= said_now
-            kept, missing = settle(name, {k: v for k, v in arguments.items() if k not in drop}, schemas, messages,
-                                   self.toolbox.profile)
-            if missing and not invented(name, arguments, kept, schemas):
-                kept, missing = self._probed(name, arguments, kept, missing, messages, schemas, spent)
-            kept = fullest(name, kept, schemas, messages)
-            canonical = getattr(self.toolbox, "canonical", None)
-            out.append((name, canonical(kept) if canonical else kept, missing))
-        return out
-
-    def _probed(self, name: str, written: dict, kept: dict, missing: list[str], messages: list[dict],
-                schemas: list[dict], spent: list | None) -> tuple[dict, list[str]]:
-        """The call's arguments and what it lacks after probing each required argument the model left out of it
-        (`written`) while the caller said a value it may take (a name: words of their own; a time: a clock time,
-        not the time a tool result gave; a service: one the business offers; the reply grammar holds it to what
-        the conversation said: `held`):
-        the model writes the call again up to that argument (`_probe`), and the value it writes is the call's
-        when it is said and the model meant it (PROBED_SHARE). A model may close a call before details the caller
-        gave turns ago ("this is Tyler", then the day, then the time): asking for them again is not what a
-        person at a front desk does. An argument the model wrote and `settle` dropped (nobody said it, or the
-        grammar forced it) is not probed: asked, the model would write it again. Nor is a value kept whose words
-        the call holds as another detail: with the call `{"day":"friday", ...}` before it in the history, asked
-        for the name the model copied "friday" (0.69 of its probability); nor one that is none of the values the
-        schema gives as the business's own (its `examples`: the services): "eyebrow waxing" probed into a booking
-        that still lacked the name was asked for the name, and the next turn copied the service from that call
-        where the caller had chosen a haircut."""
-        profile = self.toolbox.profile
-        schema = next(s for s in schemas if s["name"] == name)
-        spec = schema["parameters"].get("properties", {})
-        callers = [m["content"] for m in messages if m["role"] == "user"]
-        said, times = Said(callers, profile), set().union(*(times_in(text, clock_only=True) for text in callers))
-        for key in missing:
-            values = {"enum", "examples", "pattern"} & spec.get(key, {}).keys()  # none: any words (a name)
-            if key in written or values and not says_a_value(spec[key], said, times):
-                continue  # written and dropped, or the caller said no value it may take: they have not given it
-            value, share = self._probe(messages, name, kept, key, schema, spent)
-            log.debug("probed %s of %s: %r (share %.4f)", key, name, value, share)
-            if value is None or share < PROBED_SHARE or any(value_words(value) <= value_words(v)
-                                                            for v in kept.values() if isinstance(v, str)):
-                continue  # not meant, or a word the call already holds as another detail ("friday" as a name)
-            examples = spec.get(key, {}).get("examples")
-            if examples and not any(Said([value], profile).says(e) for e in examples):
-                continue  # none of the business's own (a service it does not offer): the call would be refused
-            candidate, lack = settle(name, {**kept, key: value}, schemas, messages, profile)
-            if key in candidate:
-                kept, missing = candidate, lack
-        return kept, missing
-
-    def _probe(self, messages: list[dict], name: str, arguments: dict, key: str, schema: dict,
-               spent: list | None) -> tuple[str | None, float]:
-        """The value the model writes for argument `key` of a call of tool `name` that begins with `arguments`
-        (app.agent.said.probe_prefix), under the reply grammar, and the least share of the model's probability
-        the grammar allowed over its tokens (app.agent.said.probed_value); (None, 0.0) if it wrote none."""
-        replies = self._reply_grammar(messages)
-        if replies is None:
-            return None, 0.0
-        tokenizer, matcher = self.engine.tokenizer, replies.start()
-        ids = tokenizer.encode(probe_prefix(name, arguments, key, schema), add_special_tokens=False).ids
-        if not all(matcher.accept(t) for t in ids):
-            log.debug("a probe of %s: the grammar does not take %r", key, probe_prefix(name, arguments, key, schema))
-            return None, 0.0
-        start = len(tokenizer.decode(ids, skip_special_tokens=True))
-        closed, text = threading.Event(), []
-
-        def on_block(piece: str) -> None:  # stop once the value's closing quote is written
-            text.append(piece)
-            if probed_value("".join(text), start, [], [])[0] is not None:
-                closed.set()
-
-        gen = self.engine.generate(messages, max_new_tokens=len(ids) + PROBE_TOKENS, block_length=1,
-                                   threshold=self.options.threshold, use_cache="block", on_block=on_block,
-                                   cancel=closed, matcher=matcher, draft_length=self.options.draft_length,
-                                   written=ids, least_share=PROBED_SHARE)  # an unmeant token ends it at once
-        if spent is not None:
-            spent.append(gen)
-        log.debug("a probe of %s wrote %r in %.0f ms", key, gen.text[start:], 1000 * gen.seconds)
-        if len(gen.shares) != len(gen.ids):
-            return None, 0.0
-        offsets = [len(tokenizer.decode(gen.ids[:i], skip_special_tokens=True)) for i in range(len(gen.ids))]
-        return probed_value(gen.text, start, offsets, gen.shares)
-
-    def _unmeant(self, gen, schemas: list[dict]) -> list[set[str]]:
-        """Per call of `gen`, the free arguments whose value the grammar forced on the model (a share below
-        UNMEANT_SHARE: app.agent.said.free_shares); nothing for a generation that does not say its shares."""
-        shares, ids = getattr(gen, "shares", None), getattr(gen, "ids", None)
-        if not shares or not ids or len(shares) != len(ids) or TOOL_CALL_OPEN not in gen.text:
-            return []
-        decode = self.engine.tokenizer.decode
-        offsets = [len(decode(ids[:i], skip_special_tokens=True)) for i in range(len(ids))]
-        least = free_shares(gen.text, offsets, shares, schemas)
-        log.debug("the free values' least shares: %s in %r", least, gen.text)
-        forced = [{k for k, share in call.items() if share < UNMEANT_SHARE} for call in least]
-        for drop, call in zip(forced, least):
-            if drop:
-                log.info("the grammar forced %s on the model",
-                         ", ".join(f"{k} (share {call[k]:.4f})" for k in sorted(drop)))
-        return forced
-
-    def _invented(self, calls: list[tuple[str, dict]], settled) -> bool:
-        """Whether every call of a generation is made up (app.agent.said.invented: each wrote details for the
-        caller to have said, nobody said any) and lacks required ones: not what the caller asked, so the turn
-        leaves it out of the history and the model answers in words instead of asking for what it lacks. A call
-        that rests on one detail said still asks for the rest ("a beard trim?" lacking a day); one that lacks
-        nothing runs."""
-        if self.options.cache != "block" or not calls:
-            return False
-        schemas = self.toolbox.schemas()
-        return all(name and missing and invented(name, arguments, kept, schemas)
-                   for (name, arguments), (_, kept, missing) in zip(calls, settled))
-
     def _written(self, gen, calls, spoken: str, settled) -> dict:
         """The assistant message a generation leaves in the history: its calls as held, when it is only calls."""
         written = gen.text.strip()
         if self.options.cache == "block" and calls and all(name for name, _ in calls) and not spoken:
             written = "".join(format_tool_call(name, arguments) for name, arguments, _ in settled)  # as held
         return {"role": "assistant", "content": written}
-
-    def _reply_grammar(self, messages: list[dict], speech_only: bool = False):
-        """The reply grammar of this engine's tokenizer and these tools (app.agent.schema_grammar) for `messages`, its
-        calls held to the details said (app.agent.said.held); speech_only: a reply that makes no call."""
-        tokenizer = getattr(self.engine, "tokenizer", None)
-        if not self.options.holds_calls or tokenizer is None:
-            return None
-        schemas = [] if speech_only else held(self.toolbox.schemas(), messages, self.toolbox.profile)
-        return schema_grammar.grammar_for(tokenizer, schemas, self.engine.special.stop,
-                                          self.engine.model.args.vocab_size)
 
     @property
     def resumes_drafts(self) -> bool:
@@ -386,8 +172,8 @@ class Agent:
             calls, spoken = parse_tool_calls(gen.text)
             if gen.stopped == "cancelled" or not calls:
                 break
-            settled = step.settled = self._settled(calls, gen, messages, spent=step.probes)
-            if not spoken and self._invented(calls, settled):
+            settled = step.settled = self.check.settled(calls, gen, messages, spent=step.probes)
+            if not spoken and self.check.made_up(calls, settled):
                 lacking = True   # answered in words, from the same prompt (as `respond` does)
                 continue
             results = [None if missing else self._preview_tool(name, arguments) for name, arguments, missing in settled]
@@ -440,10 +226,10 @@ class Agent:
                 settled, probes = step.settled, step.probes  # held by the draft, probes and all
             else:
                 probes = []
-                settled = self._settled(calls, gen, spent=probes)
+                settled = self.check.settled(calls, gen, self.prompt(), spent=probes)
             for probe in probes:
                 turn.count(probe)
-            if not spoken and self._invented(calls, settled):
+            if not spoken and self.check.made_up(calls, settled):
                 lacking = True   # no call: the model answers in words, from the same prompt
                 continue
             with self._lock:

@@ -17,7 +17,6 @@ import json
 import re
 import unicodedata
 
-from app.agent.protocol import TOOL_CALL_OPEN, TOOL_CALL_RE, compact
 from app.agent.spoken_times import times_in
 
 SAID = "x-said"  # the schema keyword: this argument must have been said in the conversation
@@ -179,88 +178,11 @@ def invented(name: str, arguments: dict, kept: dict, schemas: list[dict]) -> boo
     return bool(written) and not any(k in kept for k in written)
 
 
-UNMEANT_SHARE = 0.02  # below this share of the model's probability on what the grammar allowed, a value was forced
-_STRING_PAIR = re.compile(r'"((?:[^"\\]|\\.)*)"\s*:\s*"((?:[^"\\]|\\.)*)"')
-
-
 def is_free(spec: dict) -> bool:
     """An x-said string with no values of its own to choose from (no enum, no clock pattern): a name, a service
     (its examples aside), held to the caller's words by the reply grammar (`held`, `words_pattern`)."""
     return bool(spec.get(SAID)) and spec.get("type") == "string" and "enum" not in spec and \
         spec.get("pattern") != CLOCK_PATTERN
-
-
-def free_shares(text: str, offsets: list[int], shares: list[float], schemas: list[dict]) -> list[dict[str, float]]:
-    """Per tool call in `text` (a generation's; `offsets[i]` the character where its token i starts, `shares[i]`
-    the share of the model's probability the reply grammar allowed where that token was written), each free
-    x-said argument's (`is_free`) least share over the tokens of its value and the one that closed it.
-
-    A share below UNMEANT_SHARE means the model did not mean that value. The grammar holds a free value to the
-    caller's words (`held`); a model that meant one nobody said (a service the caller never named) then writes
-    whichever of their words is left ("please", "put": "We don't offer please."). Such a value was not said by
-    anyone: the agent drops it as `settle` drops an unsaid one, and the call asks for it."""
-    properties = {s["name"]: s["parameters"].get("properties", {}) for s in schemas}
-    out = []
-    for call in TOOL_CALL_RE.finditer(text):
-        body, start = call.group(1), call.start(1)
-        name = re.search(r'"name"\s*:\s*"([^"]*)"', body)
-        args_at = body.find('"arguments"')
-        least: dict[str, float] = {}
-        if name and args_at >= 0:
-            free = {k for k, spec in properties.get(name.group(1), {}).items() if is_free(spec)}
-            for pair in _STRING_PAIR.finditer(body, args_at + len('"arguments"')):
-                if pair.group(1) not in free:
-                    continue
-                first, last = start + pair.start(2), start + pair.end(2)  # the value, and its closing quote
-                tokens = [i for i, at in enumerate(offsets)
-                          if at <= last and (offsets[i + 1] if i + 1 < len(offsets) else len(text)) > first]
-                if tokens:
-                    least[pair.group(1)] = min(shares[i] for i in tokens)
-        out.append(least)
-    return out
-
-
-def probe_prefix(name: str, arguments: dict, key: str, schema: dict) -> str:
-    """The start of a call of tool `name` that goes on to argument `key`: its `arguments` that the schema lists
-    before `key` (the grammar's order), then `"key`, for the model to write the rest (`Agent._probe`). The key's
-    closing quote is the model's to write: it writes `":"` as one token, and a prompt cut after `":` reads to it
-    as nothing it has seen."""
-    order = list(schema["parameters"].get("properties", {}))
-    before = {k: arguments[k] for k in order[:order.index(key)] if k in arguments}
-    return TOOL_CALL_OPEN + compact({"name": name, "arguments": before})[:-2] + ("," if before else "") + \
-        compact(key)[:-1]
-
-
-def probed_value(text: str, start: int, offsets: list[int], shares: list[float]) -> tuple[str | None, float]:
-    """The JSON string value a probe wrote after the key that ends at character `start` of `text` (its
-    generation's; `offsets[i]` the character where token i starts, `shares[i]` its share of the model's
-    probability the grammar allowed), and the least share over the tokens of the value, quotes included: (None,
-    0.0) when the value did not close."""
-    value = re.match(r'": ?("(?:[^"\\]|\\.)*")', text[start:])  # the grammar allows one space after ":"
-    if value is None:
-        return None, 0.0
-    first, end = start + value.start(1), start + value.end(1)
-    tokens = [i for i, at in enumerate(offsets)
-              if at < end and (offsets[i + 1] if i + 1 < len(offsets) else len(text)) > first]
-    return json.loads(value.group(1)), min((shares[i] for i in tokens), default=0.0)
-
-
-_CLAUSE_END = re.compile(r"[,;.?!]+(?=\s)")
-
-
-def leading_parts(text: str, most_words: int) -> list[str]:
-    """`text` without its last clause, then without its last two, and so on, longest first, while the words left
-    out are at most `most_words` and some remain: "Joaquin Santos, thanks, thanks." -> ["Joaquin Santos, thanks.",
-    "Joaquin Santos."]. A clause ends at a comma or a sentence end; each part ends as a sentence does, as a speech
-    recognizer writes it."""
-    text = text.strip()
-    parts = []
-    for cut in reversed(list(_CLAUSE_END.finditer(text))):
-        lead = text[:cut.start()].strip()
-        if not _SENTENCE_WORDS.search(lead) or len(_SENTENCE_WORDS.findall(text[cut.start():])) > most_words:
-            break
-        parts.append(lead + (cut.group().strip(",;")[-1:] or "."))
-    return parts
 
 
 def missing_result(missing: list[str]) -> dict:

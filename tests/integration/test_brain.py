@@ -81,7 +81,7 @@ def test_a_booking_with_every_detail_is_booked_and_read_back(brain):
 def test_a_booking_that_names_no_service_asks_for_one(brain, request_words):
     """The model meant a service nobody named, and the grammar, holding it to the caller's words, let it write
     only one of theirs: "We don't offer please." was the reply. Such a value is no one's (its share of the model's
-    probability, app.agent.said.free_shares): the call lacks the service, nothing is booked, the agent asks."""
+    probability, app.agent.meant.free_shares): the call lacks the service, nothing is booked, the agent asks."""
     agent = agent_for(brain)
     turn = agent.respond(request_words)
     assert turn.tool_calls == [] and "?" in turn.reply and "offer" not in turn.reply, (turn.reply, agent.messages)
@@ -143,7 +143,7 @@ def test_a_name_given_before_the_request_is_booked_under_it(brain):
 ])
 def test_a_name_given_turns_ago_is_booked_not_asked_for_again(brain, history, last, booking):
     """A history of spoken turns (as an API client sends one): the adapter closed the call without the name the
-    caller gave at the start and asked for it again; asked for the name (Agent._probed), it writes it."""
+    caller gave at the start and asked for it again; asked for the name (CallCheck._probed), it writes it."""
     agent = agent_for(brain)
     agent.messages = [{"role": ("user", "assistant")[i % 2], "content": text} for i, text in enumerate(history)]
     turn = agent.respond(last)
@@ -161,7 +161,7 @@ def test_a_name_given_turns_ago_is_booked_not_asked_for_again(brain, history, la
 def test_an_answer_with_thanks_after_it_is_acted_on(brain, profile, history, last, booking):
     """Asked for a detail, a caller who gives it and thanks the agent in the same breath was told "You're
     welcome!" by the adapter (training holds "thanks" out as a tail); the turn without its courtesy is acted on
-    (Agent._called_part)."""
+    (CallCheck._called_part)."""
     agent = agent_for(brain, profile)
     agent.messages = [{"role": ("user", "assistant")[i % 2], "content": text} for i, text in enumerate(history)]
     turn = agent.respond(last)

@@ -1,16 +1,16 @@
 """A required detail the model left out of a call, while the conversation said a value it may take, is probed
-(app.agent.loop.Agent._probed): the model writes the call again up to that argument, and the value it writes is
+(app.agent.meant.CallCheck._probed): the model writes the call again up to that argument, and the value it writes is
 the call's when the model meant it (PROBED_SHARE of its probability on what the grammar allowed)."""
 import json
 import re
 from datetime import datetime
 from types import SimpleNamespace
 
-from app.agent.loop import PROBED_SHARE, Agent
+from app.agent.loop import Agent
+from app.agent.meant import PROBED_SHARE, probe_prefix, probed_value
 from app.agent.options import AgentOptions
 from app.agent.profile import load_profile
 from app.agent.protocol import format_tool_call
-from app.agent.said import probe_prefix, probed_value
 from app.agent.store import open_store
 from app.agent.tools import SCHEMAS, Toolbox
 from tests.checkpoints import train_bpe
