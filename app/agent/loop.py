@@ -181,8 +181,8 @@ class Agent:
                 break   # a call whose result only its effect would tell runs once the turn is sure
             step.results = results
             messages = messages + [self._written(gen, calls, spoken, settled)] + [
-                tool_message(name, missing_result(missing) if missing else result)
-                for (name, _, missing), result in zip(settled, step.results)]
+                tool_message(name, self._lacking_result(name, arguments, missing) if missing else result)
+                for (name, arguments, missing), result in zip(settled, step.results)]
             lacking = any(missing for _, _, missing in settled)
         return turn
 
@@ -243,7 +243,7 @@ class Agent:
                 if missing:  # not run: the model hears what the caller has not said yet, and asks for it
                     lacking = True
                     with self._lock:
-                        self.messages.append(tool_message(name, missing_result(missing)))
+                        self.messages.append(tool_message(name, self._lacking_result(name, arguments, missing)))
                     continue
                 if preview is not None and read_only(name):
                     result = preview                        # run by the draft: it changed nothing
@@ -259,6 +259,13 @@ class Agent:
                     on_tool(call)
         log.warning("tool rounds exhausted after %d calls", len(turn.tool_calls))
         return turn
+
+    def _lacking_result(self, name: str, arguments: dict, missing: list[str]) -> dict:
+        """What a call that lacks details returns to the model instead of running: the toolbox's refusal of a
+        detail it has (Toolbox.refusal: a service not offered), else the details missing, which the model asks
+        for."""
+        refusal = getattr(self.toolbox, "refusal", None)
+        return (refusal(name, arguments) if refusal else None) or missing_result(missing)
 
     def _preview_tool(self, name: str, arguments: dict) -> dict | None:
         """The toolbox's preview of a call (Toolbox.preview), or None: a toolbox without previews, a call without

@@ -212,26 +212,25 @@ class CallCheck:
     def _probed(self, name: str, written: dict, kept: dict, missing: list[str], messages: list[dict],
                 schemas: list[dict], spent: list | None) -> tuple[dict, list[str]]:
         """The call's arguments and what it lacks after probing each required argument the model left out of it
-        (`written`) while the caller said a value it may take (a name: words of their own; a time: a clock time,
-        not the time a tool result gave; a service: one the business offers; the reply grammar holds it to what
-        the conversation said: `held`):
+        (`written`) while the caller said a value it may take (a name or a service: words of their own; a time: a
+        clock time, not the time a tool result gave; a day: one of the schema's; the reply grammar holds it to
+        what the conversation said: `held`):
         the model writes the call again up to that argument (`_probe`), and the value it writes is the call's
         when it is said and the model meant it (PROBED_SHARE). A model may close a call before details the caller
         gave turns ago ("this is Tyler", then the day, then the time): asking for them again is not what a
         person at a front desk does. An argument the model wrote and `settle` dropped (nobody said it, or the
         grammar forced it) is not probed: asked, the model would write it again. Nor is a value kept whose words
         the call holds as another detail: with the call `{"day":"friday", ...}` before it in the history, asked
-        for the name the model copied "friday" (0.69 of its probability); nor one that is none of the values the
-        schema gives as the business's own (its `examples`: the services): "eyebrow waxing" probed into a booking
-        that still lacked the name was asked for the name, and the next turn copied the service from that call
-        where the caller had chosen a haircut."""
+        for the name the model copied "friday" (0.69 of its probability). A service the business does not offer
+        is a value too ("eyebrow waxing"): the call that holds it, lacking the name still, gets the toolbox's
+        refusal (Agent._lacking_result), not a question for the service the caller just named."""
         profile = self.toolbox.profile
         schema = next(s for s in schemas if s["name"] == name)
         spec = schema["parameters"].get("properties", {})
         callers = [m["content"] for m in messages if m["role"] == "user"]
         said, times = Said(callers, profile), set().union(*(times_in(text, clock_only=True) for text in callers))
         for key in missing:
-            values = {"enum", "examples", "pattern"} & spec.get(key, {}).keys()  # none: any words (a name)
+            values = {"enum", "pattern"} & spec.get(key, {}).keys()  # none: any words (a name, a service)
             if key in written or values and not says_a_value(spec[key], said, times):
                 continue  # written and dropped, or the caller said no value it may take: they have not given it
             value, share = self._probe(messages, name, kept, key, schema, spent)
@@ -239,9 +238,6 @@ class CallCheck:
             if value is None or share < PROBED_SHARE or any(value_words(value) <= value_words(v)
                                                             for v in kept.values() if isinstance(v, str)):
                 continue  # not meant, or a word the call already holds as another detail ("friday" as a name)
-            examples = spec.get(key, {}).get("examples")
-            if examples and not any(Said([value], profile).says(e) for e in examples):
-                continue  # none of the business's own (a service it does not offer): the call would be refused
             candidate, lack = settle(name, {**kept, key: value}, schemas, messages, profile)
             if key in candidate:
                 kept, missing = candidate, lack

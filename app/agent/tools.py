@@ -161,6 +161,22 @@ class Toolbox:
         view.store = UnwrittenStore(self.store)
         return view.call(name, arguments)
 
+    def refusal(self, name: str, arguments: dict) -> dict | None:
+        """What `call` would refuse in a call of tool `name` that lacks required details, judged on the ones it
+        has: a service the business does not offer, a day it is closed for a tool that takes a slot (a day and a
+        time); None when it refuses none of them. A front desk says "we don't offer waxing" before asking for a
+        name, not after it."""
+        properties = next((s for s in self.TOOLS if s["name"] == name), {}).get("parameters", {}).get("properties", {})
+        service, day = arguments.get("service"), arguments.get("day")
+        try:
+            if "service" in properties and isinstance(service, str) and service.strip():
+                self._service(service)
+            if {"day", "time"} <= properties.keys() and isinstance(day, str) and day.strip():
+                self._hours_on(resolve_day(day, self.now().date()))
+        except Refusal as exc:
+            return {"ok": False, "error": str(exc)}
+        return None
+
     def now(self) -> datetime:
         """Naive local wall-clock time of the business."""
         now = self._now()

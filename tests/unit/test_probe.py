@@ -105,20 +105,23 @@ def test_a_word_the_call_holds_as_another_detail_is_no_probed_value():
     assert json.loads(agent.messages[-2]["content"])["result"]["missing"] == ["name"]
 
 
-def test_a_service_the_business_does_not_offer_is_no_probed_value():
-    """Probed into a booking that still lacked the name, "eyebrow waxing" stayed in the history's call, and the
-    next turn copied it where the caller had chosen a haircut."""
+def test_a_service_the_business_does_not_offer_is_probed_and_refused_before_the_name_is_asked():
+    """The model left "eyebrow waxing" out of the call; probed, it is the call's, and the call, which still lacks
+    the name, returns the toolbox's refusal of the service (Agent._lacking_result): not a question for the service
+    the caller just named, nor for the name of a booking that cannot be made."""
     engine = _Scripted([format_tool_call("book_appointment", {"day": "wednesday", "time": "10:00"}),
-                        "Sure, what service would you like?"],
-                       {"service": ("eyebrow waxing", 0.9), "name": ("Lars", 0.9)})
+                        "I'm sorry. We don't offer eyebrow waxing."],
+                       {"service": ("eyebrow waxing", 0.9), "name": ("Lars", 0.1)})
     agent = _agent(engine)
-    agent.messages = [{"role": "user", "content": "Hi, Lars here. How much is a haircut?"},
-                      {"role": "assistant", "content": "A haircut is $35."}]
+    agent.messages = [{"role": "user", "content": "Hi, Lars here. Do you do massages?"},
+                      {"role": "assistant", "content": "I'm sorry, I can't help with that."}]
     turn = agent.respond("ok what about eyebrow waxing, can I book that for Wednesday at 10")
     assert engine.probed == ["service", "name"] and turn.tool_calls == []
     assert agent.messages[-3]["content"] == format_tool_call("book_appointment", {
-        "day": "wednesday", "time": "10:00", "name": "Lars"})
-    assert json.loads(agent.messages[-2]["content"])["result"]["missing"] == ["service"]
+        "day": "wednesday", "time": "10:00", "service": "eyebrow waxing"})
+    result = json.loads(agent.messages[-2]["content"])["result"]
+    assert result["ok"] is False and result["error"].startswith("We don't offer eyebrow waxing.")
+    assert turn.reply == "I'm sorry. We don't offer eyebrow waxing."
 
 
 def test_a_detail_nobody_gave_is_not_probed():

@@ -72,6 +72,19 @@ def test_outside_hours_closed_day_past_and_unknown_service_are_refused(toolbox):
     assert toolbox.store.all() == []
 
 
+def test_a_call_lacking_details_is_refused_on_those_it_has(toolbox):
+    """A front desk says "we don't offer waxing" or "we're closed Mondays" before asking for a name or a time
+    (Agent._lacking_result); a detail it would take, or a closed day for a tool that takes no slot, is no refusal."""
+    assert toolbox.refusal("book_appointment", {"service": "eyebrow waxing", "day": "wednesday"}) == {
+        "ok": False, "error": "We don't offer eyebrow waxing. We offer haircut, kids haircut, beard trim, blow dry "
+                              "and hair coloring."}
+    assert "closed on Mondays" in toolbox.refusal("book_appointment", {"service": "shave", "day": "monday"})["error"]
+    assert "closed on Mondays" in toolbox.refusal("check_availability", {"day": "monday"})["error"]
+    assert toolbox.refusal("book_appointment", {"service": "shave", "day": "friday"}) is None
+    assert toolbox.refusal("cancel_appointment", {"day": "monday"}) is None
+    assert toolbox.refusal("book_appointment", {}) is None
+
+
 def test_aliases_map_to_the_canonical_service(toolbox):
     assert book(toolbox, service="Highlights")["service"] == "hair coloring"
 
