@@ -19,6 +19,7 @@ _OFFSETS = {5, 10, 20, 25}  # "ten past six", "twenty five to four" (besides hal
 _PAST, _TO = {"past", "after"}, {"to", "till", "before", "of"}
 _NOT_A_TIME_BEFORE = {"the", "that", "this", "which", "first", "second", "last", "later", "earlier", "other",
                       "another", "no", "any", "each", "every"}
+_AT_A_TIME = {"at", "around"}  # a bare hour after these is said as a time: "at 10", "around two"
 _MONTHS = {"january", "february", "march", "april", "may", "june", "july", "august", "september", "october",
            "november", "december"}
 _ORDINAL_ENDS = {"st", "nd", "rd", "th"}
@@ -127,8 +128,9 @@ def _part_of_day(words: list[str], i: int) -> str | None:
 def times_in(text: str, open_at=None, clock_only: bool = False) -> set[str]:
     """Every "HH:MM" (24-hour) that a time in `text` may mean. open_at(datetime.time) -> bool: of a morning and an
     afternoon reading ("quarter to four"), the one the business is open at, when it is open at just one.
-    clock_only: only times said as clock times, not a bare number that may be one ("book one", "at 10"): with
-    minutes, o'clock, a.m./p.m. or a part of the day, "half past", "noon"."""
+    clock_only: only times said as clock times, not a bare number that may be one ("book one", "two kids"): with
+    minutes, o'clock, a.m./p.m. or a part of the day, "half past", "noon", or an hour said as one ("at 10",
+    "around two", "ten-ish")."""
     words = _words(text)
     found = set()
     i = 0
@@ -143,8 +145,9 @@ def times_in(text: str, open_at=None, clock_only: bool = False) -> set[str]:
             reading = (*clock, 0)
         hour, minute, read, shift = reading
         part = _part_of_day(words, i + read)
-        if clock_only and not (relative or read > 1 or part or ":" in words[i]
-                               or words[i] in ("noon", "midday", "midnight")):
+        after = words[i + read] if i + read < len(words) else ""
+        if clock_only and not (relative or read > 1 or part or ":" in words[i] or after == "ish"
+                               or i and words[i - 1] in _AT_A_TIME or words[i] in ("noon", "midday", "midnight")):
             i += read
             continue
         if hour > 12 or words[i].startswith("0") or words[i] in ("noon", "midday", "midnight"):

@@ -72,4 +72,8 @@ def test_clock_only_keeps_times_said_as_clock_times():
     assert times_in("three thirty", clock_only=True) == {"03:30", "15:30"}
     assert times_in("noon works", clock_only=True) == {"12:00"}
     assert times_in("ok I want to book one", clock_only=True) == set()
+    assert times_in("haircuts for me and my two kids", clock_only=True) == set()
+    assert times_in("Saturday at 10 please", clock_only=True) == {"10:00", "22:00"}
+    assert times_in("around two, if you can", clock_only=True) == {"02:00", "14:00"}
+    assert times_in("Saturday morning if you can, like ten-ish", clock_only=True) == {"10:00", "22:00"}
     assert times_in("ok I want to book one") == {"01:00", "13:00"}  # any reading, for the grammar's choices
