@@ -16,8 +16,8 @@ import time
 
 from app.agent import schema_grammar
 from app.agent.protocol import TOOL_CALL_OPEN, TOOL_CALL_RE, compact, parse_tool_calls
-from app.agent.said import (Said, fullest, is_free, held, invented, names_last,
-                            rests_on, says_a_value, settle, value_words)
+from app.agent.said import (Said, fullest, held, invented, is_free, names_last, rests_on, says_a_value, settle,
+                            value_words)
 from app.agent.spoken_times import times_in
 
 log = logging.getLogger(__name__)

@@ -108,30 +108,33 @@ def request_text(s: Script, slots: dict, given: set) -> str:
 def ask_missing(s: Script, slots: dict, given: set, args: dict) -> None:
     """Ask for each missing slot in order service, day, time, name (book_appointment's `required` order); the
     caller answers (day and time at once, sometimes). `args`: the booking's arguments, of which the given ones are
-    known when the agent asks (Script.ask)."""
+    known when the agent asks (Script.ask). A service or day the toolbox refuses is refused before the next
+    question, and the caller changes it (`changed`, in `args` and `slots`) before the questions go on."""
     given = set(given)
     for slot in ("service", "day", "time", "name"):
-        if slot in given:
-            continue
-        known = {k: v for k, v in args.items() if k in given}
-        if slot == "service":
-            s.ask(ASK_SERVICE, "book_appointment", known)
-            s.user(s.pick(T.ANSWER_SERVICE).format(service=slots["service"]), "book")
-        elif slot == "day":
-            s.ask(ASK_DAY, "book_appointment", known)
-            if "time" not in given and s.rng.random() < 0.5:
-                s.user(s.pick(T.ANSWER_DAY_TIME).format(day=s.say_day(slots["day"]),
-                                                        time=s.say_time(slots["time"].time())), "book")
-                given.add("time")
+        while slot not in given:
+            known = {k: v for k, v in args.items() if k in given}
+            question = {"service": ASK_SERVICE, "day": ASK_DAY, "time": ask_time(slots["day"]), "name": ASK_NAME}[slot]
+            refused = s.ask(question, "book_appointment", known)
+            if refused is not None:
+                if not changed(s, args, refused["error"]):
+                    return  # nothing the caller can change here: the booking's call says why
+                slots["day"] = args["day"]
+                continue
+            if slot == "service":
+                s.user(s.pick(T.ANSWER_SERVICE).format(service=slots["service"]), "book")
+            elif slot == "day":
+                if "time" not in given and s.rng.random() < 0.5:
+                    s.user(s.pick(T.ANSWER_DAY_TIME).format(day=s.say_day(slots["day"]),
+                                                            time=s.say_time(slots["time"].time())), "book")
+                    given.add("time")
+                else:
+                    s.user(s.pick(T.ANSWER_DAY).format(day=s.say_day(slots["day"])), "book")
+            elif slot == "time":
+                s.user(s.pick(T.ANSWER_TIME).format(time=s.say_time(slots["time"].time())), "book")
             else:
-                s.user(s.pick(T.ANSWER_DAY).format(day=s.say_day(slots["day"])), "book")
-        elif slot == "time":
-            s.ask(ask_time(slots["day"]), "book_appointment", known)
-            s.user(s.pick(T.ANSWER_TIME).format(time=s.say_time(slots["time"].time())), "book")
-        else:
-            s.ask(ASK_NAME, "book_appointment", known)
-            s.user(s.pick(T.ANSWER_NAME).format(name=s.said_name(slots["name"])), "book")
-        given.add(slot)
+                s.user(s.pick(T.ANSWER_NAME).format(name=s.said_name(slots["name"])), "book")
+            given.add(slot)
 
 
 def another_person(s: Script, args: dict) -> None:
@@ -172,10 +175,8 @@ def another_person(s: Script, args: dict) -> None:
         s.call("book_appointment", dict(other, time=start.strftime("%H:%M")))
 
 
-def retry(s: Script, args: dict, result: dict) -> None:
-    """After a refusal the caller changes the one thing that was wrong, and the agent books again."""
-    error = result["error"]
-    args = dict(args)
+def changed(s: Script, args: dict, error: str) -> bool:
+    """After a refusal of the service or the day, the caller names another (in `args`); False for any other."""
     if "don't offer" in error:
         service, said = s.service()
         args["service"] = service
@@ -185,6 +186,15 @@ def retry(s: Script, args: dict, result: dict) -> None:
         args["day"] = day
         s.user(s.pick(T.ANSWER_OTHER_DAY).format(day=s.say_day(day)), "book")
     else:
+        return False
+    return True
+
+
+def retry(s: Script, args: dict, result: dict) -> None:
+    """After a refusal the caller changes the one thing that was wrong, and the agent books again."""
+    error = result["error"]
+    args = dict(args)
+    if not changed(s, args, error):
         start = offered_time(s, error, args)
         if start is None:
             return

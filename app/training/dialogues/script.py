@@ -180,15 +180,22 @@ class Script:
     def say(self, text: str) -> None:
         self.dialogue.messages.append({"role": "assistant", "content": text})
 
-    def ask(self, question: str, tool: str, known: dict) -> None:
+    def ask(self, question: str, tool: str, known: dict) -> dict | None:
         """The agent asks for a detail of a `tool` request. With ask_by_call, as the SmolLM2 brain does: first a
         call of `tool` with the details `known` so far, which is not run but answered with the required ones it
-        lacks, in the schema's order (app.agent.said), then the question for the first of them."""
+        lacks, in the schema's order (app.agent.said), then the question for the first of them; or, when the
+        toolbox refuses a detail it has (Toolbox.refusal: a service not offered, a closed day), with that refusal,
+        which the agent says instead of asking (app.agent.loop.Agent._lacking_result). -> the refusal, or None."""
         if self.ask_by_call:
             schema = next(s for s in self.toolbox.schemas() if s["name"] == tool)
+            refused = self.toolbox.refusal(tool, known)
             self.dialogue.messages.append({"role": "assistant", "content": format_tool_call(tool, known)})
-            self.dialogue.messages.append(tool_message(tool, missing_result(lacking(schema, known))))
+            self.dialogue.messages.append(tool_message(tool, refused or missing_result(lacking(schema, known))))
+            if refused is not None:
+                self.say(reply_to(tool, known, refused, self.profile.name))
+                return refused
         self.say(question)
+        return None
 
     def call(self, tool: str, arguments: dict, reply=None) -> dict:
         """The assistant calls `tool`; the real tool runs; its result is fed back; the grounded reply follows
