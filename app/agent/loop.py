@@ -4,7 +4,7 @@ Synchronous on purpose: the session runs `Agent.respond` in an executor, so gene
 The model asks for a tool with `<tool_call>{"name": ..., "arguments": {...}}</tool_call>`; the agent runs it, feeds
 the result back as a `tool` message and lets the model speak a reply grounded in that result. With the embedded
 brain (cache "block"), the reply is decoded under a grammar of the tools' schemas (app.agent.schema_grammar), its
-calls held to the details the conversation said (app.agent.said).
+calls held to the details the conversation said (app.agent.said) and to what the model meant (app.agent.meant).
 """
 import logging
 import threading
