@@ -1,7 +1,7 @@
 """What the model meant by its calls: the shares of its probability a call's values had under the reply grammar,
 the details it left out but gives when asked (probes), and the part of a caller's turn it acts on.
 
-The reply grammar holds a call to the details said (app.agent.said.held), so a value the model did not mean may be
+The reply grammar holds a call to the details said (app.agent.held.held), so a value the model did not mean may be
 forced on it; the decoder says, per token, the share of the model's probability the grammar allowed, and a free
 value written with almost none of it is dropped as unsaid (`free_shares`, UNMEANT_SHARE). A required detail the
 caller gave and the call left out is probed: the model writes the call again up to it (`probe_prefix`,
@@ -16,8 +16,8 @@ import time
 
 from app.agent import schema_grammar
 from app.agent.protocol import TOOL_CALL_OPEN, TOOL_CALL_RE, compact, parse_tool_calls
-from app.agent.said import (Said, fullest, held, invented, is_free, names_last, rests_on, says_a_value, settle,
-                            value_words)
+from app.agent.held import fullest, held, says_a_value
+from app.agent.said import Said, invented, is_free, names_last, rests_on, settle, value_words
 from app.agent.spoken_times import times_in
 
 log = logging.getLogger(__name__)
@@ -307,7 +307,7 @@ class CallCheck:
 
     def reply_grammar(self, messages: list[dict], speech_only: bool = False):
         """The reply grammar of this engine's tokenizer and these tools (app.agent.schema_grammar) for `messages`, its
-        calls held to the details said (app.agent.said.held); speech_only: a reply that makes no call."""
+        calls held to the details said (app.agent.held.held); speech_only: a reply that makes no call."""
         tokenizer = getattr(self.engine, "tokenizer", None)
         if not self.options.holds_calls or tokenizer is None:
             return None

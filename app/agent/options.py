@@ -18,7 +18,7 @@ class AgentOptions:
     max_prompt_tokens: int = 0      # a prompt's budget, system prompt included (0: the model's context less a reply)
     draft_length: int = 0           # cache "block": tokens a pass guessed by prompt lookup and verified (exact)
     # with cache "block" and an engine that has a tokenizer: replies decoded under the tools' schemas
-    # (app.agent.schema_grammar), their calls held to the details said (app.agent.said.held)
+    # (app.agent.schema_grammar), their calls held to the details said (app.agent.held.held)
     tool_grammar: bool = True
 
     @property

@@ -1,6 +1,6 @@
 """Which clock times a transcript may mean: "3:30 p.m." -> 15:30, "three thirty" -> 03:30 or 15:30.
 
-The reply grammar (app.agent.said.held) holds a tool call's `time` to the times the caller said, so the model
+The reply grammar (app.agent.held.held) holds a tool call's `time` to the times the caller said, so the model
 chooses between readings of what it heard (morning or afternoon) and never writes a time nobody said.
 This reads times the way Whisper writes them: digits ("3:30 p.m.", "10am", "7:15"), words ("three thirty",
 "one forty-five in the afternoon", "eleven o'clock"), "half past four", "quarter to two", "noon". A time without

@@ -8,7 +8,8 @@ from app.agent.options import AgentOptions
 from app.agent.profile import load_profile
 from app.agent.protocol import format_tool_call
 from app.agent.meant import UNMEANT_SHARE, free_shares
-from app.agent.said import fullest, held, is_said, names_last, unsaid
+from app.agent.held import fullest, held
+from app.agent.said import is_said, names_last, unsaid
 from app.agent.schema_grammar import ReplyGrammar
 from app.agent.store import open_store
 from app.agent.tools import SCHEMAS, Toolbox
