@@ -11,8 +11,9 @@ import uvicorn
 
 from app.agent.options import agent_options_for
 from app.agent.profile import load_profile
+from app.agent.prompt import system_prompt
 from app.agent.store import open_store
-from app.agent.tools import Toolbox, system_prompt
+from app.agent.tools import Toolbox
 from app.pipeline.services import Services
 from app.server.app import create_app
 from app.settings import SMOLLM2_ADAPTER_DIR, Settings

@@ -10,7 +10,8 @@ from dataclasses import asdict, replace
 from pathlib import Path
 
 from app.agent.profile import load_profile
-from app.agent.tools import SCHEMAS, compact_prompt
+from app.agent.prompt import compact_prompt
+from app.agent.tools import SCHEMAS
 from app.settings import SMOLLM2_ADAPTER_DIR
 from app.training.dialogues import Style, generate, token_examples
 from llm import chat

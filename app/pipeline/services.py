@@ -12,8 +12,9 @@ import llm
 from app.agent.loop import Agent
 from app.agent.options import AgentOptions, agent_options_for
 from app.agent.profile import load_profile
+from app.agent.prompt import system_prompt
 from app.agent.store import open_store
-from app.agent.tools import Toolbox, system_prompt
+from app.agent.tools import Toolbox
 from app.pipeline.lanes import LanePool
 from app.settings import Settings
 from speech.asr import AsrOptions, Transcriber

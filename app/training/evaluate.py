@@ -9,8 +9,9 @@ from dataclasses import dataclass, field
 from app.agent.loop import Agent
 from app.agent.options import AgentOptions
 from app.agent.profile import Profile
+from app.agent.prompt import system_prompt
 from app.agent.store import open_store
-from app.agent.tools import Toolbox, system_prompt
+from app.agent.tools import Toolbox
 from app.training.dialogues import Case, cases, generate
 from app.training.dialogues.replies import SMALL_TALK_KEYS, facts
 

@@ -14,8 +14,9 @@ import pytest
 from app.agent.loop import Agent
 from app.agent.options import agent_options_for
 from app.agent.profile import WEEKDAYS, load_profile
+from app.agent.prompt import system_prompt
 from app.agent.store import open_store
-from app.agent.tools import Toolbox, system_prompt
+from app.agent.tools import Toolbox
 from app.pipeline.session import SessionOptions
 from app.settings import REPO_ROOT, SMOLLM2_ADAPTER_DIR
 from speech.tts import ClauseSplitter

@@ -154,7 +154,7 @@ def reference_replies(dialogues, profile) -> dict[str, str]:
     """Each assistant message of the dialogues, keyed by the prompt the agent sends a test-double engine (the
     business's name as its system message, the last max_history_turns user turns) for it."""
     from app.agent.options import AgentOptions
-    from app.agent.tools import system_prompt
+    from app.agent.prompt import system_prompt
 
     system = {"role": "system", "content": system_prompt(profile, None, "parley")}
     out = {}
@@ -312,7 +312,8 @@ def test_other_businesses_are_made_up_per_dialogue_for_training_only(profile):
     replay through the real agent at that business. The held-out split stays the salon's."""
     from dataclasses import replace
 
-    from app.agent.tools import SCHEMAS, compact_prompt
+    from app.agent.prompt import compact_prompt
+    from app.agent.tools import SCHEMAS
     from app.commands.adapt import DIALOGUES
     from app.training.dialogues import token_examples
     from app.training.dialogues.businesses import made_up_profile

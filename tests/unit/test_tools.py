@@ -8,7 +8,8 @@ import pytest
 from app.agent.profile import load_profile, parse_profile
 from app.agent.store import Store, open_store
 from app.agent.loop import Agent
-from app.agent.tools import STORE_DOWN, Toolbox, parse_time, resolve_day, system_prompt
+from app.agent.prompt import system_prompt
+from app.agent.tools import STORE_DOWN, Toolbox, parse_time, resolve_day
 from tests.fakes import FakeEngine
 
 # Tuesday 1 December 2026, 10:00 in New York (the shipped profile's zone). Open Tue-Sat; closed Sun, Mon.
