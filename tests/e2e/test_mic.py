@@ -22,7 +22,7 @@ import pytest
 
 from app.settings import REPO_ROOT
 from app.transports.mic import EchoGate, MicError, MicOptions, TerminalView, import_sounddevice, parse_device
-from tests.wer import word_error_rate
+from speech.wer import word_error_rate
 
 ASOUNDRC = """\
 pcm.!default {{ type asym playback.pcm "speaker" capture.pcm "microphone" }}

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from speech.asr import DEFAULT_MODEL_DIR, AsrOptions, Transcriber
-from tests.wer import word_error_rate
+from speech.wer import word_error_rate
 
 # Sentences tiny.en gets right on Piper's voice (8 of 8 syntheses each); a 30-word total lets WER <= 10%
 # absorb up to 3 slips. ("Can you move my appointment to Friday" came back "...the Friday" 8 times of 8.)

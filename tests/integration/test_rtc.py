@@ -17,7 +17,7 @@ from app.transports.webrtc import RTC_FRAME_SAMPLES, RTC_RATE_HZ, InputResampler
 from speech.audio import resample
 from tests.prom import sample
 from tests.rtc_helpers import ANSWER, QUESTION, QUESTION_WORDS, front_desk_services, serve_in_thread, spoken_question
-from tests.wer import word_error_rate
+from speech.wer import word_error_rate
 
 AUDIBLE_RMS = 300.0          # int16 RMS of a 20 ms frame that holds speech (silence decodes to ~0)
 BARGE_IN_BOUND_S = 0.6       # VAD start (100 ms) + jitter buffers both ways, with room for a loaded CI machine

@@ -10,7 +10,7 @@ from app.pipeline.session import Session
 from app.transports.file import converse
 from speech.audio import FRAME_MS, FRAME_SAMPLES, SAMPLE_RATE_HZ
 from tests.fakes import FakeEngine, FakeToolbox, last_user
-from tests.wer import word_error_rate
+from speech.wer import word_error_rate
 
 QUESTION = "Hello there, I would like to know what time you open on Saturday morning, please."
 LONG_REPLY = ("We open at nine in the morning on Saturday, and we close at five in the afternoon. "

@@ -9,7 +9,7 @@ import pytest
 
 from speech.audio import SAMPLE_RATE_HZ, resample
 from speech.tts import DEFAULT_VOICE, MIN_CLAUSE_WORDS, ClauseSplitter, Synthesizer, split_clauses
-from tests.wer import word_error_rate
+from speech.wer import word_error_rate
 
 REPLY = ("Sure, I can help you with that. I have an opening on Tuesday at 3:30 p.m. with Maria, "
          "and another one on Wednesday morning at ten. Which one would you prefer?")

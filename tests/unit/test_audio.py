@@ -217,7 +217,7 @@ def test_bad_files_raise_audio_format_error_naming_file_and_problem(tmp_path):
 
 
 def test_word_error_rate_helper():
-    from tests.wer import word_error_rate
+    from speech.wer import word_error_rate
 
     assert word_error_rate("Book a table for seven.", "book a table for 7") == 0.0
     assert word_error_rate("one two three four", "one three four five") == 0.5  # 1 deletion + 1 insertion

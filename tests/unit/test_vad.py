@@ -4,7 +4,7 @@ import pytest
 
 from speech.audio import FRAME_MS, FRAME_SAMPLES, SAMPLE_RATE_HZ, frames
 from speech.vad import SpeechEnd, SpeechStart, TurnDetector, VadConfig, detect_turns
-from tests.wer import word_error_rate
+from speech.wer import word_error_rate
 
 SENTENCE = "Please book me a table for four people tomorrow evening."
 _SPEECH_LEVEL = 500  # |int16| above this is speech, for finding the true onset and end

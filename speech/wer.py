@@ -1,4 +1,4 @@
-"""Word error rate for ASR checks: (substitutions + deletions + insertions) / reference words."""
+"""Word error rate of a transcript: (substitutions + deletions + insertions) / reference words."""
 import re
 
 # Whisper writes numbers either way ("seven" or "7"): compare them as digits.
