@@ -74,8 +74,11 @@ def _hour(words: list[str], i: int) -> tuple[int, int, int] | None:
     if nxt == "o'clock":
         return hour, 0, 2
     after = words[i + 2] if i + 2 < len(words) else ""
-    if w.isdigit() and len(nxt) == 2 and nxt.isdigit() and int(nxt) <= 59 and after in ("am", "pm"):
-        return hour, int(nxt), 2  # Whisper's "3 30 p.m." (only before am/pm: "2 30-minute slots" stays numbers)
+    if w.isdigit() and len(nxt) == 2 and nxt.isdigit() and int(nxt) <= 59 and (
+            after in ("am", "pm") or i and words[i - 1] in _AT_A_TIME):
+        # Whisper's "3 30 p.m.", "at 2 30" for "two thirty" (only before am/pm or after "at": "2 30-minute slots"
+        # stays numbers)
+        return hour, int(nxt), 2
     if nxt == "oh" and not w.isdigit():  # "nine oh five"
         minute = _number(words, i + 2, 9)
         if minute:

@@ -33,6 +33,7 @@ from app.training.dialogues.phrases import time_forms
     ("Could I get a haircut on Wednesday at 3.30pm?", {"15:30"}),  # Whisper's transcript of "3:30 p.m." spoken
     ("Could I get a haircut on Thursday at 3 30 p.m?", {"15:30"}),  # Whisper's transcript of the same, another day
     ("two 30 minute slots at 4", {"02:00", "14:00", "04:00", "16:00"}),  # a count before a unit is no minute
+    ("Wednesday at 2 30 under Haddad", {"02:30", "14:30"}),  # Whisper's transcript of "at two thirty"
     ("At 11.45 a.m. please.", {"11:45"}),                # a dot is a clock's only before am/pm
     ("On Wednesday, December 2 we have openings from 9:00 AM to 6:00 PM.", {"09:00", "18:00"}),  # a date, no time
     ("Friday the 3rd at 4 pm", {"16:00"}),
