@@ -34,6 +34,10 @@ from app.training.dialogues.phrases import time_forms
     ("Could I get a haircut on Thursday at 3 30 p.m?", {"15:30"}),  # Whisper's transcript of the same, another day
     ("two 30 minute slots at 4", {"02:00", "14:00", "04:00", "16:00"}),  # a count before a unit is no minute
     ("Wednesday at 2 30 under Haddad", {"02:30", "14:30"}),  # Whisper's transcript of "at two thirty"
+    ("Can I pick it up at 4.15?", {"04:15", "16:15"}),   # Whisper's "at four fifteen"
+    ("Do you have anything at 1030 on Friday?", {"10:30", "22:30"}),  # and "at ten thirty"
+    ("Is 545 too late?", set()),                          # not after "at": a number, maybe
+    ("around 2000 dollars", set()),                       # no hour of a clock
     ("At 11.45 a.m. please.", {"11:45"}),                # a dot is a clock's only before am/pm
     ("On Wednesday, December 2 we have openings from 9:00 AM to 6:00 PM.", {"09:00", "18:00"}),  # a date, no time
     ("Friday the 3rd at 4 pm", {"16:00"}),
