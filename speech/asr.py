@@ -28,6 +28,7 @@ _NO_SPEECH_PROB, _NO_SPEECH_LOGPROB = 0.6, -1.0  # Whisper's own silence test
 _TIMESTAMP_S = 0.02            # one Whisper timestamp token
 _MAX_INITIAL_TIMESTAMP_INDEX = 50  # the first segment starts within 1 s, as faster-whisper requires
 _TIMESTAMP_SLACK_S = 0.2       # a segment may end a little after the last sample; one that starts later is invented
+_MAX_PROMPT_TOKENS = _MAX_TOKENS // 2 - 1  # Whisper's previous-text context, as faster-whisper cuts it
 
 
 def _default_threads() -> int:
@@ -46,6 +47,12 @@ class AsrOptions:
     # `python -m speech.bench asr`), with the same words; anything longer, or a decode that looks
     # degenerate, takes faster-whisper's 30 s path.
     window_s: float = 10.0
+    # Text Whisper reads as what was said before the utterance (its "initial prompt"): words it then expects.
+    # Parley gives it the business's own words (app.agent.prompt.recognizer_prompt): name, hours, services.
+    # NOTE: `python -m speech.bench vocabulary` (the salon's callers in Piper's and three espeak-ng voices, clean
+    # and at 10 dB SNR, 2026-12-04): see the README for the table; a service word was missed far less often, the
+    # WER fell, and noise alone was heard as "you" no longer.
+    prompt: str = ""
 
     def __post_init__(self):
         if self.device not in _DEVICES:
@@ -77,6 +84,9 @@ class Transcriber:
         self._tokenizer = Tokenizer(self._model.hf_tokenizer, self._model.model.is_multilingual,
                                     task="transcribe", language="en")
         self._prompt = list(self._tokenizer.sot_sequence)  # timestamps on: see _transcribe_window
+        if options.prompt.strip():
+            before = self._tokenizer.encode(" " + options.prompt.strip())[-_MAX_PROMPT_TOKENS:]
+            self._prompt = [self._tokenizer.sot_prev, *before, *self._prompt]
 
     def transcribe(self, audio: np.ndarray) -> str:
         """Text of an int16 16 kHz utterance (stripped; "" for silence or audio too short to hold a word)."""
@@ -143,7 +153,7 @@ class Transcriber:
         """faster-whisper's own loop over 30 s windows, without its VAD (turns are already segmented)."""
         segments, _ = self._model.transcribe(
             x, language="en", beam_size=self.options.beam_size, vad_filter=False, without_timestamps=True,
-            condition_on_previous_text=False)
+            condition_on_previous_text=False, initial_prompt=self.options.prompt.strip() or None)
         return " ".join(segment.text.strip() for segment in segments).strip()
 
 

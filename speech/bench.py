@@ -5,6 +5,8 @@ asr: transcribe latency for short utterances, 10 s encoder window vs Whisper's 3
 tts: time to the first clause's audio vs the whole reply.
 endpoint: the end-of-turn policies (speech.endpoint) on the labeled set of speech.endpoint_set: silence waited
 after complete turns, share of paused turns cut off, CPU ms per decision; the plain 600 ms VAD is the baseline.
+vocabulary: Whisper with the business's words as its prompt, and without (the baseline), on callers of two
+businesses (speech.vocabulary_set): WER, the business's words missed and made up, noise alone heard as words.
 """
 import argparse
 import statistics
@@ -12,13 +14,14 @@ import time
 
 import numpy as np
 
-from speech import endpoint_set
+from speech import endpoint_set, vocabulary_set
 from speech.asr import AsrOptions, Transcriber
 from speech.audio import SAMPLE_RATE_HZ, frames, resample
 from speech.endpoint import EndpointPolicy, SmartTurn
 from speech.endpoint_set import add_noise, trimmed
 from speech.tts import Synthesizer
 from speech.vad import SpeechEnd, SpeechStart, TurnDetector, VadConfig, detect_turns
+from speech.wer import word_error_rate
 
 # Each turn is spoken clause by clause with a pause between clauses, like a person thinking mid-sentence.
 TURNS = [
@@ -263,12 +266,49 @@ def _endpoint_row(name, cases, checks, wait, cost) -> str:
             f"{'':13} {by_pause}")
 
 
+def bench_vocabulary() -> None:
+    from app.agent.profile import load_profile  # the business's words as the server builds them (a tool's import)
+    from app.agent.prompt import recognizer_prompt
+    from app.agent.spoken_times import times_in
+
+    clips = vocabulary_set.build(Synthesizer(varied=False))
+    noise = vocabulary_set.noise_only()
+    print(f"{len(clips)} clips ({', '.join(sorted({c.voice for c in clips}))}; clean and "
+          f"{', '.join(f'{s} dB' for s in vocabulary_set.SNRS_DB if s is not None)}), {len(noise)} of noise alone")
+    print(f"{'business':<28} {'prompt':<11} {'WER':>6} {'clean':>6} {'noisy':>6} {'words missed':>13} "
+          f"{'made up':>8} {'times heard':>12} {'noise heard':>12} {'ms':>5}")
+    for path in vocabulary_set.SENTENCES:
+        profile = load_profile(path)
+        terms = [term for s in profile.services for term in (s.name, *s.aliases)]
+        mine = [c for c in clips if c.profile == path]
+        for name, prompt in (("none", ""), ("business", recognizer_prompt(profile))):
+            transcriber = Transcriber(AsrOptions(cpu_threads=1, prompt=prompt))
+            transcriber.warm_up()
+            rates, costs, counts, times = {None: [], "noisy": []}, [], [0, 0, 0], [0, 0]
+            for clip in mine:
+                start = time.perf_counter()
+                heard = transcriber.transcribe(clip.audio)
+                costs.append(1000 * (time.perf_counter() - start))
+                rates[None if clip.snr_db is None else "noisy"].append(word_error_rate(clip.text, heard))
+                counts = [a + b for a, b in zip(counts, vocabulary_set.term_counts(clip.text, heard, terms))]
+                meant = times_in(clip.text, clock_only=True)
+                times = [times[0] + bool(meant), times[1] + bool(meant & times_in(heard, clock_only=True))]
+            heard_noise = sum(bool(transcriber.transcribe(n)) for n in noise)
+            said, missed, made_up = counts
+            print(f"{profile.name[:28]:<28} {name:<11} {statistics.mean(rates[None] + rates['noisy']):>6.3f} "
+                  f"{statistics.mean(rates[None]):>6.3f} {statistics.mean(rates['noisy']):>6.3f} "
+                  f"{f'{missed}/{said}':>13} {made_up:>8} {f'{times[1]}/{times[0]}':>12} "
+                  f"{f'{heard_noise}/{len(noise)}':>12} {statistics.median(costs):>5.0f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("which", nargs="*", choices=["vad", "asr", "tts", "endpoint"], default=["vad", "asr", "tts"])
+    parser.add_argument("which", nargs="*", choices=["vad", "asr", "tts", "endpoint", "vocabulary"],
+                        default=["vad", "asr", "tts"])
     for which in parser.parse_args().which:
         print(f"== {which}")
-        {"vad": bench_vad, "asr": bench_asr, "tts": bench_tts, "endpoint": bench_endpoint}[which]()
+        {"vad": bench_vad, "asr": bench_asr, "tts": bench_tts, "endpoint": bench_endpoint,
+         "vocabulary": bench_vocabulary}[which]()
 
 
 if __name__ == "__main__":

@@ -71,7 +71,8 @@ def build(synth=None, voices: tuple[str, ...] | None = None, seed: int = 0) -> l
     """Every text in every voice (Piper's when `synth` is given, espeak-ng's when installed) at every SNR; the
     paused turns cycle through PAUSES_MS."""
     voices = voices if voices is not None else ESPEAK_VOICES if espeak_available() else ()
-    speakers = ([("piper", _piper(synth))] if synth is not None else []) + [(v, _espeak(v)) for v in voices]
+    speakers = ([("piper", piper_speaker(synth))] if synth is not None else []) + [
+        (v, espeak_speaker(v)) for v in voices]
     if not speakers:
         raise RuntimeError("no voice: pass Piper's synthesizer or install espeak-ng")
     rng = np.random.default_rng(seed)
@@ -95,8 +96,10 @@ def build(synth=None, voices: tuple[str, ...] | None = None, seed: int = 0) -> l
     return cases
 
 
-def _piper(synth):
-    def speak(head: str, tail: str | None, pause_ms: int | None) -> np.ndarray:
+def piper_speaker(synth):
+    """speak(head, tail=None, pause_ms=None) -> int16 16 kHz speech in Piper's voice, trimmed: `head`, or `head`,
+    `pause_ms` of silence and `tail`."""
+    def speak(head: str, tail: str | None = None, pause_ms: int | None = None) -> np.ndarray:
         first = trimmed(resample(synth.synthesize(head), synth.sample_rate_hz, SAMPLE_RATE_HZ))
         if tail is None:
             return first
@@ -105,8 +108,10 @@ def _piper(synth):
     return speak
 
 
-def _espeak(voice: str):
-    def speak(head: str, tail: str | None, pause_ms: int | None) -> np.ndarray:
+def espeak_speaker(voice: str):
+    """speak(head, tail=None, pause_ms=None) in an espeak-ng voice (the whole sentence, an SSML break between head
+    and tail)."""
+    def speak(head: str, tail: str | None = None, pause_ms: int | None = None) -> np.ndarray:
         ssml = head if tail is None else f'{head} <break time="{pause_ms}ms"/> {tail}'
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / "turn.wav"

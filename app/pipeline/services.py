@@ -12,7 +12,7 @@ import llm
 from app.agent.loop import Agent
 from app.agent.options import AgentOptions, agent_options_for
 from app.agent.profile import load_profile
-from app.agent.prompt import system_prompt
+from app.agent.prompt import recognizer_prompt, system_prompt
 from app.agent.store import open_store
 from app.agent.tools import Toolbox
 from app.pipeline.lanes import LanePool
@@ -55,12 +55,14 @@ class Services:
         """Load the ASR, TTS and LLM named by the settings, and the business tools; speech=False: the LLM and the
         tools alone (a text conversation)."""
         t0 = time.perf_counter()
-        asr = Transcriber(AsrOptions(model_dir=settings.asr_model)) if speech else None
+        profile = load_profile(settings.profile)
+        # the recognizer expects the business's own words: "blow dry", not "blow drive"
+        heard = AsrOptions(model_dir=settings.asr_model, prompt=recognizer_prompt(profile))
+        asr = Transcriber(heard) if speech else None
         tts = Synthesizer(settings.voice) if speech else None
         engine = llm.load(settings.llm_model, device=settings.llm_device)
         if speech:   # a core left to ASR and TTS; a text conversation keeps torch's choice (or --threads)
             _size_cpu_threads(engine)
-        profile = load_profile(settings.profile)
         toolbox = Toolbox(profile, open_store(settings.db_path))
         services = cls(asr, tts, engine, toolbox, system_prompt(profile, toolbox, engine.chat_style),
                        agent_options=agent_options_for(settings.llm_model), llm_batch=settings.llm_batch)

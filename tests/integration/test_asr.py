@@ -1,7 +1,13 @@
-"""Whisper tiny.en on Piper speech: accuracy (WER), silence, the short-window path, bad options."""
+"""Whisper tiny.en on Piper speech: accuracy (WER), silence, the short-window path, the business's words as its
+prompt, bad options."""
+import os
+
 import numpy as np
 import pytest
 
+from app.agent.profile import DEFAULT_PROFILE, load_profile
+from app.agent.prompt import recognizer_prompt
+from speech import endpoint_set, vocabulary_set
 from speech.asr import DEFAULT_MODEL_DIR, AsrOptions, Transcriber
 from speech.wer import word_error_rate
 
@@ -56,6 +62,27 @@ def test_silence_and_too_short_audio_give_empty_text(transcriber):
     assert transcriber.transcribe(np.full(800, 1000, np.int16)) == ""  # 50 ms
     quiet_noise = np.random.default_rng(0).normal(0, 100, 32_000).astype(np.int16)
     assert transcriber.transcribe(quiet_noise) == ""
+
+
+@pytest.mark.skipif(not endpoint_set.espeak_available() and not os.environ.get("CI"),
+                    reason="espeak-ng is not installed (apt-get install espeak-ng; .ci/run does)")
+def test_the_businesss_words_as_its_prompt_are_heard_and_noise_is_not(transcriber):
+    """Callers of the salon in espeak-ng's voices (harder for Whisper than Piper's, as real callers are): with the
+    salon's words as its prompt, Whisper misses fewer of its service words (27 against 12 of 48 on 2026-12-04) and
+    makes up no more of them, and it hears noise alone as nothing, where without a prompt it hears "you"."""
+    profile = load_profile(None)
+    prompted = Transcriber(AsrOptions(prompt=recognizer_prompt(profile)))
+    terms = [term for s in profile.services for term in (s.name, *s.aliases)]
+    clips = [c for c in vocabulary_set.build(voices=vocabulary_set.ESPEAK_VOICES)
+             if c.snr_db is None and c.profile.endswith(DEFAULT_PROFILE.name)]
+    plain, heard = np.zeros(3, int), np.zeros(3, int)  # said, missed, made up
+    for clip in clips:
+        plain += vocabulary_set.term_counts(clip.text, transcriber.transcribe(clip.audio), terms)
+        heard += vocabulary_set.term_counts(clip.text, prompted.transcribe(clip.audio), terms)
+    assert heard[1] <= 0.6 * plain[1] and heard[2] <= max(plain[2], 2), (plain, heard)
+    noise = vocabulary_set.noise_only()
+    assert [prompted.transcribe(n) for n in noise] == [""] * len(noise)
+    assert any(transcriber.transcribe(n) for n in noise)  # what the prompt saves it from
 
 
 def test_bad_input_and_options_raise_value_error(tmp_path, transcriber):

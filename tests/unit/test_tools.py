@@ -8,7 +8,7 @@ import pytest
 from app.agent.profile import load_profile, parse_profile
 from app.agent.store import Store, open_store
 from app.agent.loop import Agent
-from app.agent.prompt import system_prompt
+from app.agent.prompt import recognizer_prompt, system_prompt
 from app.agent.tools import STORE_DOWN, Toolbox, parse_time, resolve_day
 from tests.fakes import FakeEngine
 
@@ -226,6 +226,18 @@ def test_bad_profile_names_the_file_and_field(tmp_path):
                        "services": [{"name": "cut", "duration_min": 30, "price": 10}]})
     with pytest.raises(ValueError, match="cannot read"):
         load_profile(str(tmp_path / "missing.yaml"))
+
+
+def test_the_recognizers_prompt_says_the_businesss_name_hours_and_service_words():
+    assert recognizer_prompt(load_profile(None)) == (
+        "Thanks for calling Maple Street Hair Studio. We're open 9:00 AM to 6:00 PM, 9:00 AM to 8:00 PM, 9:00 AM to "
+        "4:00 PM. We do haircut, kids haircut, beard trim, blow dry, hair coloring (cut, trim, hair cut, men's cut, "
+        "women's cut, kids cut, children's haircut, haircut for my son, haircut for my daughter, beard, beard shave, "
+        "shave, blowout, blow out, styling, color, colour, dye, hair color, highlights).")
+    shop = parse_profile({"name": "Spokes", "timezone": "UTC", "address": "a", "phone": "1", "hours": {},
+                          "services": [{"name": "tune-up", "duration_min": 60, "price": 65, "aliases": ["service"]},
+                                       {"name": "flat", "duration_min": 30, "price": 15, "aliases": ["tune-up"]}]})
+    assert recognizer_prompt(shop) == "Thanks for calling Spokes. We do tune-up, flat (service)."  # each word once
 
 
 def test_system_prompt_styles(toolbox):
