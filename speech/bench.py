@@ -267,7 +267,9 @@ def _endpoint_row(name, cases, checks, wait, cost) -> str:
 
 
 def bench_vocabulary() -> None:
-    from app.agent.profile import load_profile  # the business's words as the server builds them (a tool's import)
+    # deferred, a benchmark's imports: the business's words and the times read back as the server reads them;
+    # speech/ itself never imports app
+    from app.agent.profile import load_profile
     from app.agent.prompt import recognizer_prompt
     from app.agent.spoken_times import times_in
 
