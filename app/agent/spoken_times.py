@@ -23,19 +23,19 @@ _AT_A_TIME = {"at", "around"}  # a bare hour after these is said as a time: "at 
 _MONTHS = {"january", "february", "march", "april", "may", "june", "july", "august", "september", "october",
            "november", "december"}
 _ORDINAL_ENDS = {"st", "nd", "rd", "th"}
-_AT_DIGITS = re.compile(r"\b(at|around) (\d{1,2})\.(\d{2})\b(?![.,:]\d)")
+_AT_DIGITS = re.compile(r"\b([Aa]t|[Aa]round) (\d{1,2})\.?(\d{2})\b(?![.,:]\d| +[A-Z])")
 _WORD = re.compile(r"\d{1,2}:\d{2}|\d+|[a-z]+(?:'[a-z]+)?|[,.?!;]")  # a mark ends a time: "Ten, ten."
 
 
 def _words(text: str) -> list[str]:
+    # "at 4.15", "at 1030": Whisper's digits for "at four fifteen", "at ten thirty", a clock after "at" or "around";
+    # but not before a name ("We're at 214 Maple Street" read as 2:14 took the next turn for a booking)
+    text = _AT_DIGITS.sub(lambda m: f"{m[1]} {m[2]}:{m[3]}" if 1 <= int(m[2]) <= 12 and int(m[3]) <= 59 else m[0],
+                          text)
     text = re.sub(r"(?:(?<=\d)|\b)([ap])\.?\s?m\b\.?", r"\1m", text.lower())  # "p.m." "p.m" "p m" -> "pm"
     # "3.30pm": Whisper's British clock (the spoken "three thirty p.m." of tests/integration/test_agent_model.py), only
     # before am/pm, so "$3.30" and "2.5" stay numbers
     text = re.sub(r"\b(\d{1,2})\.(\d{2})(?=\s?[ap]m\b)", r"\1:\2", text)
-    # "at 4.15": Whisper's digits for "at four fifteen", a clock after "at" or "around". Not "at 415" (also Whisper's):
-    # "We're at 214 Maple Street" read as 2:14 took the next turn for a booking
-    text = _AT_DIGITS.sub(lambda m: f"{m[1]} {m[2]}:{m[3]}" if 1 <= int(m[2]) <= 12 and int(m[3]) <= 59 else m[0],
-                          text)
     return _WORD.findall(text.replace("-", " "))
 
 

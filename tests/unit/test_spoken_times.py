@@ -36,7 +36,8 @@ from app.training.dialogues.phrases import time_forms
     ("Wednesday at 2 30 under Haddad", {"02:30", "14:30"}),  # Whisper's transcript of "at two thirty"
     ("Can I pick it up at 4.15?", {"04:15", "16:15"}),   # Whisper's "at four fifteen"
     ("Do you have anything at 10.30 on Friday?", {"10:30", "22:30"}),  # and "at ten thirty"
-    ("We're at 214 Maple Street, Springfield.", set()),  # an address: Whisper's "at 1030" is not read either
+    ("Do you have anything at 1030 on Friday?", {"10:30", "22:30"}),  # Whisper's digits without the dot
+    ("We're at 214 Maple Street, Springfield.", set()),  # before a name: an address
     ("Is 545 too late?", set()),                          # not after "at": a number, maybe
     ("around 2000 dollars", set()),                       # no hour of a clock
     ("At 11.45 a.m. please.", {"11:45"}),                # a dot is a clock's only before am/pm
