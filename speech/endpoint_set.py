@@ -70,14 +70,9 @@ def espeak_available() -> bool:
 def build(synth=None, voices: tuple[str, ...] | None = None, seed: int = 0) -> list[Case]:
     """Every text in every voice (Piper's when `synth` is given, espeak-ng's when installed) at every SNR; the
     paused turns cycle through PAUSES_MS."""
-    voices = voices if voices is not None else ESPEAK_VOICES if espeak_available() else ()
-    speakers = ([("piper", piper_speaker(synth))] if synth is not None else []) + [
-        (v, espeak_speaker(v)) for v in voices]
-    if not speakers:
-        raise RuntimeError("no voice: pass Piper's synthesizer or install espeak-ng")
     rng = np.random.default_rng(seed)
     clean = []
-    for name, speak in speakers:
+    for name, speak in speakers(synth, voices, ESPEAK_VOICES):
         for text in COMPLETE:
             clean.append((text, name, None, text, speak(text, None, None)))
         for i, (head, tail) in enumerate(PAUSED):
@@ -94,6 +89,17 @@ def build(synth=None, voices: tuple[str, ...] | None = None, seed: int = 0) -> l
                 audio = add_noise(audio, speech_rms / 10 ** (snr / 20), rng)
             cases.append(Case(text, voice, snr, pause, head, audio, EDGE_MS + speech.size * 1000 / SAMPLE_RATE_HZ))
     return cases
+
+
+def speakers(synth, voices: tuple[str, ...] | None, default_voices: tuple[str, ...]) -> list[tuple[str, object]]:
+    """[(voice name, speak)]: Piper's when `synth` is given, then each espeak-ng voice of `voices` (None:
+    `default_voices` when espeak-ng is installed, else none). RuntimeError when that leaves no voice."""
+    voices = voices if voices is not None else default_voices if espeak_available() else ()
+    chosen = ([("piper", piper_speaker(synth))] if synth is not None else []) + [
+        (voice, espeak_speaker(voice)) for voice in voices]
+    if not chosen:
+        raise RuntimeError("no voice: pass Piper's synthesizer or install espeak-ng")
+    return chosen
 
 
 def piper_speaker(synth):

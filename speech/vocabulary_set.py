@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from speech.audio import SAMPLE_RATE_HZ
-from speech.endpoint_set import add_noise, espeak_available, espeak_speaker, piper_speaker
+from speech.endpoint_set import add_noise, speakers
 from speech.wer import normalize_words
 
 # Written for this set, the way callers talk; none is taken from an evaluation set. profile -> sentences.
@@ -64,16 +64,12 @@ class Clip:
 
 def build(synth=None, voices: tuple[str, ...] | None = None, seed: int = 0) -> list[Clip]:
     """Every sentence in every voice (Piper's when `synth` is given, espeak-ng's when installed) at every SNR."""
-    voices = voices if voices is not None else ESPEAK_VOICES if espeak_available() else ()
-    speakers = ([("piper", piper_speaker(synth))] if synth is not None else []) + [
-        (voice, espeak_speaker(voice)) for voice in voices]
-    if not speakers:
-        raise RuntimeError("no voice: pass Piper's synthesizer or install espeak-ng")
+    voices = speakers(synth, voices, ESPEAK_VOICES)
     rng = np.random.default_rng(seed)
     edge = np.zeros(EDGE_MS * SAMPLE_RATE_HZ // 1000, dtype=np.int16)
     clips = []
     for profile, sentences in SENTENCES.items():
-        for voice, speak in speakers:
+        for voice, speak in voices:
             for text in sentences:
                 voiced = speak(text)
                 rms = float(np.sqrt(np.mean(voiced.astype(np.float64) ** 2)))
