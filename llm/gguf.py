@@ -171,12 +171,29 @@ def gguf_tokenizer(reader, path: Path) -> Tokenizer:
     return tokenizer
 
 
+class _Reader(GGUFReader):
+    """gguf's GGUFReader over a plain ndarray view of its memory-mapped file (the file is still mapped, not read).
+
+    NOTE: GGUFReader parses every field into slices of an np.memmap, and each slice of a memmap runs numpy's
+    Python-level __array_finalize__: the 98k strings of SmolLM2's vocabulary and merges took 2.15 s to parse and its
+    tensors 1.82 s to dequantize; over a plain view of the same memory, 0.66 s and 0.93 s, the same values
+    (2 AMD EPYC cores, 2026-12-04)."""
+
+    @property
+    def data(self) -> np.ndarray:
+        return self._data
+
+    @data.setter
+    def data(self, value: np.ndarray) -> None:
+        self._data = value.view(np.ndarray)  # holds the memmap as its base: the mapping lives as long as the reader
+
+
 def read_gguf(path) -> GgufCheckpoint:
     """The model at path (a LLaMA GGUF file): its ModelArgs, fp32 weights, tokenizer and special ids."""
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"{path}: no such GGUF file")
-    reader = GGUFReader(path)
+    reader = _Reader(path)
     tokenizer = gguf_tokenizer(reader, path)
     args = model_args(reader, path, tokenizer.get_vocab_size())
     stop = {tokenizer.token_to_id(t) for t in STOP_TOKENS} | {_field(reader, "tokenizer.ggml.eos_token_id", path, -1)}
