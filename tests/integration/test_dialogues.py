@@ -208,7 +208,7 @@ def test_the_adapt_recipes_dialogues_are_what_the_agent_writes_when_it_replays_t
     """Train as you run: replayed through the real Agent (the embedded brain's options, real tools and store),
     a model that writes the dialogue's assistant messages gets exactly the dialogue's history back, questions
     for missing details included: the call that lacked them as the agent holds it, and what it was told."""
-    from app.commands.adapt import DIALOGUES
+    from app.training.recipe import DIALOGUES
 
     dialogues = generate(profile, "train", 60, seed=4, style=DIALOGUES)
     asked = 0
@@ -223,7 +223,7 @@ def test_conversational_turns_go_on_from_the_last_one_in_training_only(profile):
     """With Style.conversational (the adapt recipe), a follow-up ("and a blow dry?") repeats the last call with
     one argument changed, a name said in part and then whole is booked whole, and compliments get their reply;
     the held-out split is the same dialogues either way."""
-    from app.commands.adapt import DIALOGUES
+    from app.training.recipe import DIALOGUES
     from app.training.dialogues import Style
     assert DIALOGUES.conversational
     dialogues = generate(profile, "train", 600, seed=5, style=DIALOGUES)
@@ -261,7 +261,7 @@ def test_turns_about_what_the_call_already_holds(profile):
     `tomorrow`. They replay through the real agent, and the held-out split is the same with or without them."""
     from dataclasses import replace
 
-    from app.commands.adapt import DIALOGUES
+    from app.training.recipe import DIALOGUES
     style = replace(DIALOGUES, call_turns=True)
     dialogues = generate(profile, "train", 600, seed=7, style=style)
     for d in dialogues[:100]:
@@ -314,7 +314,7 @@ def test_other_businesses_are_made_up_per_dialogue_for_training_only(profile):
 
     from app.agent.prompt import compact_prompt
     from app.agent.tools import SCHEMAS
-    from app.commands.adapt import DIALOGUES
+    from app.training.recipe import DIALOGUES
     from app.training.dialogues import token_examples
     from app.training.dialogues.businesses import made_up_profile
     from llm import chat
@@ -345,7 +345,7 @@ def test_other_businesses_are_made_up_per_dialogue_for_training_only(profile):
 def test_a_price_question_is_now_and_then_followed_by_booking_it(profile):
     """Conversational turns: after "how much is a blow dry?", "can I book it Friday at 2?" books the service asked
     about, named or not (against the pull to repeat the last call)."""
-    from app.commands.adapt import DIALOGUES
+    from app.training.recipe import DIALOGUES
     dialogues = generate(profile, "train", 2000, seed=5, style=DIALOGUES)   # ~1 in 150 dialogues
     names = [name for service in profile.services for name in [service.name, *service.aliases]]
     unnamed = 0
