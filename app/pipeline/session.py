@@ -256,8 +256,11 @@ class Session(Drafting, Replying):
                     raise  # our caller was cancelled, not (only) the turn
 
     def _maybe_partial(self) -> None:
+        # only while the caller is voicing: in a silence, the draft transcribes the same words on the same cores
+        # (NOTE: a partial begun there ran beside the draft's transcript, which then took ~330 ms instead of ~190,
+        # and the end-of-turn judgement that waits on it as much longer; app.bench's questions, 2 cores)
         if (not (self.options.realtime and self.detector.in_speech) or self._partial_busy
-                or self.options.partial_interval_ms is None):
+                or self.options.partial_interval_ms is None or self.detector.trailing_silence_ms > 0):
             return
         if self._stream_ms < self._next_partial_ms:
             return
