@@ -112,6 +112,15 @@ def words_pattern(said: Said, runs: list[list[str]] | None = None) -> str | None
     return "^(?:" + "|".join(alternatives) + ")$"
 
 
+def services_pattern(said: Said, services) -> str | None:
+    """A pattern (for a schema's "pattern") of the `services` (the business's names: a schema's examples) that
+    `said` names, each as the business names it or as it was said (an alias: "cavity" for a dentist's filling,
+    which Toolbox.canonical books as the filling). None: it names none."""
+    forms = {form for name in services for form in ([name, *said.service_forms(name)] if said.service_forms(name)
+                                                    else [])}
+    return "^(?:" + "|".join(sorted(map(re.escape, forms))) + ")$" if forms else None
+
+
 def latest(messages: list[dict], values_in) -> set[str]:
     """The values (`values_in(text)`: the ones a text says) of the caller's latest message that says any, and of
     the agent's spoken replies after it (a time it offered then); empty if the caller said none. A caller who
@@ -189,10 +198,13 @@ def held(schemas: list[dict], messages: list[dict], profile=None) -> list[dict]:
       when they said any; else one of those the conversation said, when it said any. The model chooses between
       readings ("three thirty": 03:30 or 15:30; "3:30 p.m.": 15:30 alone; the one the business is open at,
       when it is open at one only) but never writes a time nobody said;
-    - a string the schema gives `examples` of (a service) is made of the caller's latest words when they name one
-      of them: "Just a kids cut please." after "I'm sorry. We don't offer eyelash extensions." was booked as
-      eyelash extensions again, copied from the refused call (as a day and a time, the service the caller names
-      last is the one they mean);
+    - a string the schema gives `examples` of (a service) is one of those the caller's latest words name, as the
+      business names it or as they said it (`services_pattern`), when they name any: "Just a kids cut please."
+      after "I'm sorry. We don't offer eyelash extensions." was booked as eyelash extensions again, copied from
+      the refused call (as a day and a time, the service the caller names last is the one they mean). NOTE: held
+      to any of the latest words instead (until 2026-12-04), a dentist's "I think I have a cavity, can I come in
+      Wednesday at 4 pm?" was booked as "pm" (the model, unheld, wrote "vacation"; held, 0.03 of its probability
+      went to the words allowed), and the caller heard "We don't offer PM.";
     - any other x-said string without a pattern of its own (a name, a service) is made of words the caller said
       (`words_pattern`, `callers_own_runs`): the model picks the caller's words ("Noah Smith"), never a name of
       its own ("Owen Smith", which `settle` would drop, leaving the call to ask for the name again), nor a word
@@ -206,8 +218,6 @@ def held(schemas: list[dict], messages: list[dict], profile=None) -> list[dict]:
     asked = asked_for(messages, schemas, own, said_last, times_last)
     free = words_pattern(Said([m["content"] for m in messages if m["role"] == "user"], profile),
                          [run for _, run in own])
-    last_index = latest_user(messages)
-    named_last = words_pattern(said_last, [run for i, run in own if i == last_index])
     enums: dict[tuple, list[str]] = {}  # the days of every tool that takes one are held alike
     out = json.loads(json.dumps(schemas))
     for s in out:
@@ -234,8 +244,8 @@ def held(schemas: list[dict], messages: list[dict], profile=None) -> list[dict]:
                 spec["enum"] = list(enums[values])
             elif "pattern" in spec:
                 continue
-            elif "examples" in spec and named_last and says_a_value(spec, said_last, times_last):
-                spec["pattern"] = named_last  # a service the business offers, named last: the latest words'
+            elif "examples" in spec and (named := services_pattern(said_last, spec["examples"])):
+                spec["pattern"] = named  # a service the business offers, named last: one of those
             elif free:
                 spec["pattern"] = free
     return out

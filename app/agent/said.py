@@ -113,11 +113,19 @@ class Said:
         """Whether the texts said `value` (see the module's docstring)."""
         if _HHMM.match(value):
             return value in self.times
-        service = self.profile.service(value) if self.profile is not None else None
-        if service is not None:
-            return any(_has_phrase(w, _words(form)) for w in self.words for form in (service.name, *service.aliases))
+        if self.profile is not None and self.profile.service(value) is not None:
+            return bool(self.service_forms(value))
         wanted = set(_words(value))
         return bool(wanted) and wanted <= self.vocabulary
+
+    def service_forms(self, value: str) -> list[str]:
+        """The forms of the profile's service `value` (its name, then its aliases) that the texts say: ["cavity"] of
+        a dentist's filling for "I think I have a cavity"; [] when they name it by none, or `value` is no service."""
+        service = self.profile.service(value) if self.profile is not None else None
+        if service is None:
+            return []
+        return [form for form in (service.name, *service.aliases)
+                if any(_has_phrase(w, _words(form)) for w in self.words)]
 
 
 def is_said(value: str, texts: list[str], profile=None) -> bool:

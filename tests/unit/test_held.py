@@ -136,10 +136,25 @@ def test_a_service_named_last_is_held_to_the_latest_words():
 
     service = pattern("service")
     assert re.fullmatch(service, "kids haircut") and not re.fullmatch(service, "eyelash extensions")
+    assert not any(re.fullmatch(service, words) for words in ("Just", "please", "kids"))  # none of the other words
     assert re.fullmatch(pattern("name"), "Abdul")  # a name is still any of the caller's words
     # naming none of the business's services, the latest words leave the service to what the caller said before
     messages[-1] = {"role": "user", "content": "Hmm, what about at 5 pm?"}
     assert re.fullmatch(pattern("service"), "eyelash extensions")
+
+
+def test_a_service_said_by_another_word_is_held_to_that_service_not_to_the_other_words_said():
+    """A dentist's "I think I have a cavity, can I come in Wednesday at 4 pm?" was booked as "pm": held to any of
+    the latest words, the model (which wrote "vacation" unheld) put its little allowed probability there. Any
+    business, any alias: the salon's "shave" is its beard trim."""
+    import re
+
+    schemas = Toolbox(PROFILE, open_store(":memory:")).schemas()
+    messages = [{"role": "user", "content": "I really need a shave, can I come in Friday at 4 pm? It's Dana Lee."}]
+    service = next(s for s in held(schemas, messages, PROFILE)
+                   if s["name"] == "book_appointment")["parameters"]["properties"]["service"]["pattern"]
+    assert re.fullmatch(service, "beard trim") and re.fullmatch(service, "shave")
+    assert not any(re.fullmatch(service, words) for words in ("pm", "4 pm", "Dana Lee", "need", "Friday"))
 
 
 def test_the_clock_of_a_tool_result_is_no_time_the_caller_asked_for():
