@@ -112,13 +112,17 @@ def words_pattern(said: Said, runs: list[list[str]] | None = None) -> str | None
     return "^(?:" + "|".join(alternatives) + ")$"
 
 
-def services_pattern(said: Said, services) -> str | None:
+def services_pattern(said: Said, services, runs: list[list[str]] = ()) -> str | None:
     """A pattern (for a schema's "pattern") of the `services` (the business's names: a schema's examples) that
     `said` names, each as the business names it or as it was said (an alias: "cavity" for a dentist's filling,
-    which Toolbox.canonical books as the filling). None: it names none."""
+    which Toolbox.canonical books as the filling), or a stretch of one of `runs` (words that may name a service
+    the business does not offer). None: it names none."""
     forms = {form for name in services for form in ([name, *said.service_forms(name)] if said.service_forms(name)
                                                     else [])}
-    return "^(?:" + "|".join(sorted(map(re.escape, forms))) + ")$" if forms else None
+    if not forms:
+        return None
+    alternatives = sorted({*map(re.escape, forms), *filter(None, map(_run_pattern, filter(None, runs)))})
+    return "^(?:" + "|".join(alternatives) + ")$"
 
 
 def latest(messages: list[dict], values_in) -> set[str]:
@@ -204,7 +208,10 @@ def held(schemas: list[dict], messages: list[dict], profile=None) -> list[dict]:
       the refused call (as a day and a time, the service the caller names last is the one they mean). NOTE: held
       to any of the latest words instead (until 2026-12-04), a dentist's "I think I have a cavity, can I come in
       Wednesday at 4 pm?" was booked as "pm" (the model, unheld, wrote "vacation"; held, 0.03 of its probability
-      went to the words allowed), and the caller heard "We don't offer PM.";
+      went to the words allowed), and the caller heard "We don't offer PM."; named by the caller before, one of
+      those or a stretch of the latest words (which may name a service the business does not offer, to be
+      refused): "A cavity filling." then "Victor, thanks." (asked for a name) had the model, which would have
+      written "pavine", book "please" from the caller's first words;
     - any other x-said string without a pattern of its own (a name, a service) is made of words the caller said
       (`words_pattern`, `callers_own_runs`): the model picks the caller's words ("Noah Smith"), never a name of
       its own ("Owen Smith", which `settle` would drop, leaving the call to ask for the name again), nor a word
@@ -216,8 +223,10 @@ def held(schemas: list[dict], messages: list[dict], profile=None) -> list[dict]:
     said_last, times_last = Said([last], profile), times_in(last, open_at, clock_only=True)
     own = callers_own_runs(messages)
     asked = asked_for(messages, schemas, own, said_last, times_last)
-    free = words_pattern(Said([m["content"] for m in messages if m["role"] == "user"], profile),
-                         [run for _, run in own])
+    said_callers = Said([m["content"] for m in messages if m["role"] == "user"], profile)
+    free = words_pattern(said_callers, [run for _, run in own])
+    last_index = latest_user(messages)
+    runs_last = [run for i, run in own if i == last_index]
     enums: dict[tuple, list[str]] = {}  # the days of every tool that takes one are held alike
     out = json.loads(json.dumps(schemas))
     for s in out:
@@ -246,6 +255,8 @@ def held(schemas: list[dict], messages: list[dict], profile=None) -> list[dict]:
                 continue
             elif "examples" in spec and (named := services_pattern(said_last, spec["examples"])):
                 spec["pattern"] = named  # a service the business offers, named last: one of those
+            elif "examples" in spec and (named := services_pattern(said_callers, spec["examples"], runs_last)):
+                spec["pattern"] = named  # named before: one of those, or another the latest words name
             elif free:
                 spec["pattern"] = free
     return out

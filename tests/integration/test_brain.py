@@ -23,6 +23,7 @@ from speech.tts import ClauseSplitter
 
 pytestmark = pytest.mark.slow
 BIKE_SHOP = REPO_ROOT / "app" / "profiles" / "bike_repair.yaml"
+DENTIST = REPO_ROOT / "app" / "profiles" / "dental_clinic.yaml"
 
 
 def agent_for(engine, profile_path=None, now=datetime(2026, 3, 2, 9, 0)):  # a Monday morning
@@ -106,6 +107,25 @@ def test_a_new_business_is_answered_and_booked_from_its_profile_alone(brain):
                                                  "service": "tune-up"})]
     assert turn.tool_calls[0].result["price"] == "$65"  # the bike shop's price, from its profile
     assert "Sam Lee" in turn.reply and "tune-up" in turn.reply
+
+
+def test_a_service_named_by_another_word_is_booked_as_the_business_names_it(brain):
+    """A dentist's caller says "cavity", its profile's word for the filling. Held to any of the caller's words, the
+    service was booked as "pm" (of "4 pm"), and in a second call as "please" once the caller had given the service
+    a turn before: the model, unheld, wrote "vacation" and "pavine"."""
+    agent = agent_for(brain, DENTIST)
+    turn = agent.respond("I think I have a cavity, can I come in Wednesday at 4 pm? My name is Priya Natarajan.")
+    assert calls(turn) == [("book_appointment", {"name": "Priya Natarajan", "day": "wednesday", "time": "16:00",
+                                                 "service": "filling"})]
+    assert turn.tool_calls[0].result["ok"] and "filling" in turn.reply
+    agent = agent_for(brain, DENTIST)
+    agent.messages = [{"role": "user", "content": "Hi. I need an appointment on Thursday at 9:00 a.m. please."},
+                      {"role": "assistant", "content": "Sure, what service would you like?"},
+                      {"role": "user", "content": "A cavity filling."},
+                      {"role": "assistant", "content": "Can I have your name, please?"}]  # as parley eval's turns
+    turn = agent.respond("Victor, thanks.")
+    assert calls(turn) == [("book_appointment", {"name": "Victor", "day": "thursday", "time": "09:00",
+                                                 "service": "filling"})]
 
 
 def test_a_new_business_price_question_is_answered_from_its_profile(brain):

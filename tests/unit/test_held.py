@@ -157,6 +157,29 @@ def test_a_service_said_by_another_word_is_held_to_that_service_not_to_the_other
     assert not any(re.fullmatch(service, words) for words in ("pm", "4 pm", "Dana Lee", "need", "Friday"))
 
 
+def test_a_service_named_before_is_held_to_that_service_or_to_the_latest_words():
+    """"A cavity filling." then "Victor, thanks." when asked for a name: held to any word the caller had said, the
+    dentist's booking was for "please" (of "... at 9:00 a.m. please."). The service named before, or a stretch of
+    the latest words, which may name one the business does not offer (to be refused by name)."""
+    import re
+
+    schemas = Toolbox(PROFILE, open_store(":memory:")).schemas()
+    messages = [{"role": "user", "content": "Hi. I need an appointment on Wednesday at 9:00 a.m. please."},
+                {"role": "assistant", "content": "Sure, what service would you like?"},
+                {"role": "user", "content": "A shave."},
+                {"role": "assistant", "content": "Can I have your name, please?"},
+                {"role": "user", "content": "Victor, thanks."}]
+
+    def service():
+        return next(s for s in held(schemas, messages, PROFILE)
+                    if s["name"] == "book_appointment")["parameters"]["properties"]["service"]["pattern"]
+
+    assert re.fullmatch(service(), "beard trim") and re.fullmatch(service(), "shave")
+    assert not any(re.fullmatch(service(), words) for words in ("please", "need", "appointment", "9:00"))
+    messages[-1]["content"] = "Oh and eyebrow waxing too?"
+    assert re.fullmatch(service(), "eyebrow waxing") and re.fullmatch(service(), "beard trim")
+
+
 def test_the_clock_of_a_tool_result_is_no_time_the_caller_asked_for():
     messages = [{"role": "user", "content": "what time is it?"},
                 {"role": "assistant", "content": format_tool_call("current_datetime", {})},
