@@ -115,10 +115,10 @@ def words_pattern(said: Said, runs: list[list[str]] | None = None) -> str | None
 def services_pattern(said: Said, services, runs: list[list[str]] = ()) -> str | None:
     """A pattern (for a schema's "pattern") of the `services` (the business's names: a schema's examples) that
     `said` names, each as the business names it or as it was said (an alias: "cavity" for a dentist's filling,
-    which Toolbox.canonical books as the filling), or a stretch of one of `runs` (words that may name a service
-    the business does not offer). None: it names none."""
-    forms = {form for name in services for form in ([name, *said.service_forms(name)] if said.service_forms(name)
-                                                    else [])}
+    which Toolbox.canonical books as the filling; not one named only inside another's longer name: `Said.
+    services_named`), or a stretch of one of `runs` (words that may name a service the business does not offer).
+    None: it names none."""
+    forms = {form for name, said_as in said.services_named(services).items() for form in (name, *said_as)}
     if not forms:
         return None
     alternatives = sorted({*map(re.escape, forms), *filter(None, map(_run_pattern, filter(None, runs)))})

@@ -118,6 +118,24 @@ class Said:
         wanted = set(_words(value))
         return bool(wanted) and wanted <= self.vocabulary
 
+    def services_named(self, names) -> dict[str, list[str]]:
+        """{name: the forms (`service_forms`) by which the texts name it} for those of the profile's services
+        `names` they name somewhere other than inside a longer form of another one: "an eye exam for my daughter"
+        (an optician's alias of its kids eye exam) names the kids eye exam, not the eye exam as well."""
+        services = [(name, self.profile.service(name)) for name in names] if self.profile is not None else []
+        spans = [(i, start, start + len(form), name, text_form)
+                 for name, service in services if service is not None
+                 for text_form in (service.name, *service.aliases) for form in [_words(text_form)] if form
+                 for i, words in enumerate(self.words)
+                 for start in range(len(words) - len(form) + 1) if words[start:start + len(form)] == form]
+        named: dict[str, list[str]] = {}
+        for i, a, b, name, form in spans:
+            inside = any(j == i and other != name and c <= a and b <= d and d - c > b - a
+                         for j, c, d, other, _ in spans)
+            if not inside and form not in named.setdefault(name, []):
+                named[name].append(form)
+        return {name: forms for name, forms in named.items() if forms}
+
     def service_forms(self, value: str) -> list[str]:
         """The forms of the profile's service `value` (its name, then its aliases) that the texts say: ["cavity"] of
         a dentist's filling for "I think I have a cavity"; [] when they name it by none, or `value` is no service."""

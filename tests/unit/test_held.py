@@ -157,6 +157,26 @@ def test_a_service_said_by_another_word_is_held_to_that_service_not_to_the_other
     assert not any(re.fullmatch(service, words) for words in ("pm", "4 pm", "Dana Lee", "need", "Friday"))
 
 
+def test_a_service_said_only_inside_another_services_name_is_not_named():
+    """An optician's "an eye exam for my daughter" (its kids eye exam's alias) was booked as the eye exam; the
+    salon's "trim" (a haircut) is inside "beard trim", its "haircut" inside "haircut for my son"."""
+    import re
+
+    schemas = Toolbox(PROFILE, open_store(":memory:")).schemas()
+
+    def service(words):
+        messages = [{"role": "user", "content": words}]
+        return next(s for s in held(schemas, messages, PROFILE)
+                    if s["name"] == "book_appointment")["parameters"]["properties"]["service"]["pattern"]
+
+    beard = service("Can I get a beard trim Friday at 3?")
+    assert re.fullmatch(beard, "beard trim") and not re.fullmatch(beard, "haircut")
+    son = service("I need a haircut for my son Friday at 3")
+    assert re.fullmatch(son, "kids haircut") and not re.fullmatch(son, "haircut")
+    both = service("A haircut for me and a kids cut for my son, Friday at 3")
+    assert re.fullmatch(both, "haircut") and re.fullmatch(both, "kids haircut")
+
+
 def test_a_service_named_before_is_held_to_that_service_or_to_the_latest_words():
     """"A cavity filling." then "Victor, thanks." when asked for a name: held to any word the caller had said, the
     dentist's booking was for "please" (of "... at 9:00 a.m. please."). The service named before, or a stretch of
