@@ -6,7 +6,8 @@ forced on it; the decoder says, per token, the share of the model's probability 
 value written with almost none of it is dropped as unsaid (`free_shares`, UNMEANT_SHARE). A required detail the
 caller gave and the call left out is probed: the model writes the call again up to it (`probe_prefix`,
 `probed_value`). A trailing courtesy may turn an answer into small talk for the model: it is asked again without
-the caller's last few words (`leading_parts`). `CallCheck` applies these to an agent's generations.
+the caller's last few words, or its first and last (`courtesy_parts`). `CallCheck` applies these to an agent's
+generations.
 """
 import json
 import logging
@@ -30,8 +31,9 @@ PROBE_TOKENS = 16       # the most tokens a probe writes for one value (a name o
 PROBED_SHARE = 0.5
 # A caller's last few words may be a courtesy that turns an answer into small talk for the model: "Joaquin Santos,
 # thanks." (asked for a name) drew "You're welcome!" with 0.001 of its probability on a call, "Joaquin Santos." a
-# call. When the model would not call for the whole turn, it is asked again without up to this many last words,
-# and the reply opens with a call when it would call for what is left (CALL_SHARE of its probability).
+# call. When the model would not call for the whole turn, it is asked again without up to this many last words
+# (and a short first clause: "Hello, Kenji, thanks." drew "You're welcome!" at an optician, 2026-12-04), and the
+# reply opens with a call when it would call for what is left (CALL_SHARE of its probability).
 COURTESY_WORDS = 4
 CALL_SHARE = 0.5
 
@@ -113,6 +115,22 @@ def leading_parts(text: str, most_words: int) -> list[str]:
     return parts
 
 
+def courtesy_parts(text: str, most_words: int) -> list[str]:
+    """The parts of `text` a courtesy around it may hide: `leading_parts`, then, when its first clause is shorter
+    than the rest (a greeting, not the answer), the text without it and the leading parts of what is left, while
+    the words left out in all are at most `most_words`: "Hello, Kenji, thanks." -> ["Hello, Kenji.", "Hello.",
+    "Kenji, thanks.", "Kenji."]; "Joaquin Santos, thanks." -> ["Joaquin Santos."]."""
+    text = text.strip()
+    parts = leading_parts(text, most_words)
+    first = _CLAUSE_END.search(text)
+    if first is None:
+        return parts
+    rest, dropped = text[first.end():].strip(), len(_SENTENCE_WORDS.findall(text[:first.start()]))
+    if 0 < dropped < min(most_words, len(_SENTENCE_WORDS.findall(rest))):
+        parts += [rest, *leading_parts(rest, most_words - dropped)]
+    return parts
+
+
 class CallCheck:
     """An agent's calls held to what the model meant and the caller said: `settled` (each call and what it lacks),
     `made_up`, `acted_on_part` and the `reply_grammar` the generations are decoded under."""
@@ -152,7 +170,7 @@ class CallCheck:
         return gen, seconds
 
     def _called_part(self, messages: list[dict], opening: int) -> str | None:
-        """The caller's last turn in `messages` without its last few words (`leading_parts`,
+        """The caller's last turn in `messages` without a few words at its end or its start (`courtesy_parts`,
         COURTESY_WORDS), when the model would open its reply to that with a call and would not to the whole turn
         (CALL_SHARE of its probability on a call's first token); else None. The decision to act is the model's, on
         what the caller asked: a trailing "thanks" or "see you then" does not make an answer small talk, and the
@@ -163,7 +181,7 @@ class CallCheck:
         probabilities = getattr(self.engine, "first_token_probabilities", None)
         if probabilities is None or not messages or messages[-1]["role"] != "user":
             return None
-        parts = leading_parts(messages[-1]["content"], COURTESY_WORDS)
+        parts = courtesy_parts(messages[-1]["content"], COURTESY_WORDS)
         if not parts:
             return None
         if float(probabilities(messages)[opening]) >= CALL_SHARE:

@@ -12,7 +12,7 @@ from app.agent.loop import Agent
 from app.agent.options import AgentOptions
 from app.agent.profile import load_profile
 from app.agent.protocol import TOOL_CALL_OPEN, format_tool_call
-from app.agent.meant import leading_parts
+from app.agent.meant import courtesy_parts, leading_parts
 from app.agent.store import open_store
 from app.agent.tools import Toolbox
 from tests.checkpoints import train_bpe
@@ -37,6 +37,27 @@ HISTORY = [{"role": "user", "content": "Hi, a haircut on Friday at two in the af
 ])
 def test_leading_parts_leave_out_a_few_last_words(text, parts):
     assert leading_parts(text, 4) == parts
+
+
+@pytest.mark.parametrize("text, parts", [
+    ("Hello, Kenji, thanks.", ["Hello, Kenji.", "Hello.", "Kenji, thanks.", "Kenji."]),
+    ("Joaquin Santos, thanks.", ["Joaquin Santos."]),       # the first clause is the answer, not a greeting
+    ("What are you? Thanks.", ["What are you?"]),
+    ("Yeah, it's Kenji Sato, thank you so much.", ["Yeah, it's Kenji Sato.", "it's Kenji Sato, thank you so much."]),
+    ("Yeah, it's Kenji Sato, thanks.", ["Yeah, it's Kenji Sato.", "Yeah.", "it's Kenji Sato, thanks.",
+                                        "it's Kenji Sato."]),
+])
+def test_courtesy_parts_also_leave_out_a_short_first_clause(text, parts):
+    assert courtesy_parts(text, 4) == parts
+
+
+def test_an_answer_between_a_greeting_and_a_courtesy_is_acted_on():
+    """"Hello, Kenji, thanks." (asked for a name) drew "You're welcome!" at an optician: the greeting stayed in
+    every part that left out the thanks."""
+    engine = _Minded(calls_for={"Kenji."}, call=BOOKING.replace("Joaquin Santos", "Kenji"))
+    turn = _agent(engine).respond("Hello, Kenji, thanks.")
+    assert engine.asked == ["Hello, Kenji, thanks.", "Hello, Kenji.", "Hello.", "Kenji, thanks.", "Kenji."]
+    assert [(c.name, c.arguments["name"]) for c in turn.tool_calls] == [("book_appointment", "Kenji")]
 
 
 class _Minded:
@@ -104,7 +125,7 @@ def test_small_talk_stays_small_talk_when_no_part_of_it_asks_for_a_call():
     engine = _Minded(calls_for=set())
     agent = _agent(engine)
     turn = agent.respond("Okay, perfect, thanks.")
-    assert engine.asked == ["Okay, perfect, thanks.", "Okay, perfect.", "Okay."]
+    assert engine.asked == ["Okay, perfect, thanks.", "Okay, perfect.", "Okay.", "perfect, thanks.", "perfect."]
     assert turn.tool_calls == [] and turn.reply == "You're welcome!"
     assert engine.generated == [("Okay, perfect, thanks.", [])]
 
