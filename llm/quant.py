@@ -20,6 +20,7 @@ fp32; torch's weight-only int8 product ~5x slower), a 576 -> 1536 product of 4 r
 307 us in fp32 (1 row: 75 against 116 us); the fp32 model's passes are bound by reading its weights from memory.
 """
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 
 import torch
 import torch.nn as nn
@@ -69,15 +70,25 @@ def _require_cpu(model: Transformer, what: str) -> None:
         raise ValueError(f"{what} weights are for the CPU; on a GPU run the model in bf16 or fp32")
 
 
-def _replace_products(model: Transformer, names, make) -> Transformer:
+def _made(make, jobs: list[tuple], threads: int = 1) -> list[nn.Module]:
+    """make(weight, bias) for each (weight, bias) of `jobs`, on up to `threads` Python threads (torch's packing
+    ops release the GIL)."""
+    if threads <= 1 or len(jobs) < 2:
+        return [make(*job) for job in jobs]
+    with ThreadPoolExecutor(threads, thread_name_prefix="pack") as pool:
+        return list(pool.map(lambda job: make(*job), jobs))
+
+
+def _replace_products(model: Transformer, names, make, threads: int = 1) -> Transformer:
     """Replace the projections `names` of every block by make(weight, bias), in place, and give a tied head
     make(embedding, None) as its output projection (the embedding itself stays fp32 for the lookup)."""
-    for block in model.transformer.blocks:
-        for name in names:
-            linear = getattr(block, name)
-            setattr(block, name, make(linear.weight.detach(), linear.bias))
+    places = [(block, name) for block in model.transformer.blocks for name in names]
+    jobs = [(getattr(block, name).weight.detach(), getattr(block, name).bias) for block, name in places]
     if model.args.weight_tying:
-        model.tied_head = make(model.transformer.wte.weight.detach(), None)
+        places.append((model, "tied_head"))
+        jobs.append((model.transformer.wte.weight.detach(), None))
+    for (owner, name), module in zip(places, _made(make, jobs, threads)):
+        setattr(owner, name, module)
     return model
 
 
@@ -85,22 +96,30 @@ def pack_fp16(model: Transformer) -> Transformer:
     """Replace every projection of every block of a CPU fp32 model by an Fp16Linear, in place, and give a tied head
     an fp16 copy of the embedding as its output projection (the embedding itself stays fp32 for the lookup);
     returns the model. The projections of one input become one product (FUSED_LINEARS: q, k and v; the SwiGLU's
-    gate and up). Raises RuntimeError where this torch has no fbgemm (see fbgemm_available).
+    gate and up). Raises RuntimeError where this torch has no fbgemm (see fbgemm_available). The weights are
+    packed on torch's CPU threads' count of Python threads.
 
     NOTE: fused, SmolLM2's 30 blocks' q, k, v, gate and up products of one row took 6.1 ms instead of 9.0 (9 rows:
-    11.2 against 13.3), 2 threads on this project's 2-core machine (2026-12-03): fewer, larger products."""
+    11.2 against 13.3), 2 threads on this project's 2-core machine (2026-12-03): fewer, larger products.
+    NOTE: packing SmolLM2's 121 weights took 1.34 s one after another and 0.82 s on two Python threads (fbgemm's
+    prepack runs on one core), 2 AMD EPYC cores, 2026-12-04."""
     _require_cpu(model, "fp16-packed")
     if not fbgemm_available():
         raise RuntimeError("this torch build has no fbgemm (an x86 CPU build has it): fp16 weights need it")
+    threads = torch.get_num_threads()
+    places, jobs = [], []
     for block in model.transformer.blocks:
         for fused, names in FUSED_LINEARS.items():
             parts = [getattr(block, name) for name in names]
             bias = None if parts[0].bias is None else torch.cat([part.bias.detach() for part in parts])
-            setattr(block, fused, Fp16Linear(torch.cat([part.weight.detach() for part in parts]), bias))
-            for name in names:
-                delattr(block, name)
+            places.append((block, fused, names))
+            jobs.append((torch.cat([part.weight.detach() for part in parts]), bias))
+    for (block, fused, names), module in zip(places, _made(Fp16Linear, jobs, threads)):
+        setattr(block, fused, module)
+        for name in names:
+            delattr(block, name)
     fused_names = {name for names in FUSED_LINEARS.values() for name in names}
-    return _replace_products(model, [name for name in BLOCK_LINEARS if name not in fused_names], Fp16Linear)
+    return _replace_products(model, [name for name in BLOCK_LINEARS if name not in fused_names], Fp16Linear, threads)
 
 
 def quantize_int8(model: Transformer) -> Transformer:
