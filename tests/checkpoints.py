@@ -14,6 +14,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 import llm
 from llm import chat
+from llm.model import ModelArgs, Transformer
 
 CORPUS = ["Hello! How can I help you today?", "We open at nine and close at five.",
           "Your appointment is booked for Tuesday at 3 pm.", "The weather is sunny; café prices are fair.",
@@ -222,3 +223,22 @@ def ref_forward(t: dict, ids: torch.Tensor, layout: str) -> torch.Tensor:
     if layout == "dream":
         logits = torch.cat([logits[:, :1], logits[:, :-1]], dim=1)
     return logits
+
+
+TINY_MASK = 63  # tiny_block_model's mask id, the last of its 64
+
+
+def tiny_block_model(seed=0) -> Transformer:
+    """A tiny random left-to-right model with shifted logits, as block diffusion runs one (llm.blockdiff)."""
+    torch.manual_seed(seed)
+    args = ModelArgs(d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, mlp_hidden_size=64, vocab_size=64,
+                     rope_theta=10000.0, max_sequence_length=256, weight_tying=True, shift_logits=True)
+    model = Transformer(args)
+    model.init_weights(std=0.3)  # peaked logits: confident choices, so several commit per pass
+    return model.eval()
+
+
+def random_ids(n=20, seed=1) -> list[int]:
+    """n token ids of tiny_block_model's vocabulary, none of its special ones."""
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(2, 60, (n,), generator=g).tolist()

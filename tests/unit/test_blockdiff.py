@@ -1,42 +1,25 @@
-"""Block diffusion on a left-to-right model (llm.blockdiff) and its LoRA adaptation (llm.lora, llm.adapt), on
-tiny random models: the sampler's attention is the one training teaches, one token per pass is exactly greedy
-left-to-right decoding, and the prefix cache changes nothing but the cost."""
+"""Block diffusion's sampler on a left-to-right model (llm.blockdiff) and the passes it runs (llm.passes), on tiny
+random models: one token per pass is exactly greedy left-to-right decoding, guesses and the prefix cache change
+nothing but the cost, and generations sharing forwards write what they write alone. Training: test_adapt.py."""
 import dataclasses
 import threading
 
 import pytest
 import torch
 
-from llm import lora
-from llm.adapt import AdaptOptions, Example, adapt, apply_adapter
-from llm.blockdiff import BlockOptions, PrefixCache, block_batch, block_reply, packed_loss
+from llm.blockdiff import BlockOptions, PrefixCache, block_reply
 from llm.engine import _Caches
 from llm.generate import SpecialIds, autoregressive_reply
-from llm.model import ModelArgs, Transformer
 from llm.passes import Pass, PassBatcher, alone, passes
+from tests.checkpoints import TINY_MASK, random_ids, tiny_block_model
 
-MASK, STOP = 63, 1
+MASK, STOP = TINY_MASK, 1
 SPECIAL = SpecialIds(mask=MASK, stop=(STOP,))
 
 
-def tiny(seed=0) -> Transformer:
-    torch.manual_seed(seed)
-    args = ModelArgs(d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, mlp_hidden_size=64, vocab_size=64,
-                     rope_theta=10000.0, max_sequence_length=256, weight_tying=True, shift_logits=True)
-    model = Transformer(args)
-    model.init_weights(std=0.3)  # peaked logits: confident choices, so several commit per pass
-    return model.eval()
-
-
-def prompt(n=20, seed=1) -> list[int]:
-    g = torch.Generator().manual_seed(seed)
-    return torch.randint(2, 60, (n,), generator=g).tolist()
-
-
-@torch.no_grad()
 def test_one_token_per_pass_is_greedy_left_to_right():
-    model = tiny()
-    ids = prompt()
+    model = tiny_block_model()
+    ids = random_ids()
     ar = autoregressive_reply(model, torch.tensor(ids), SPECIAL, 24, stop_at_eos=False)
     prefix = PrefixCache(model.new_cache(1, 256))
     for block_length in (1, 3, 8):
@@ -74,8 +57,8 @@ class PatternMatcher:
 
 @torch.no_grad()
 def test_tokens_the_grammar_forces_are_committed_without_a_pass_and_change_nothing():
-    model = tiny()
-    ids = prompt()
+    model = tiny_block_model()
+    ids = random_ids()
     opts = BlockOptions(max_new_tokens=40, block_length=1, threshold=1.0, stop_at_eos=False)
     fast = block_reply(model, ids, SPECIAL, opts, PrefixCache(model.new_cache(1, 256)), matcher=PatternMatcher())
     slow = block_reply(model, ids, SPECIAL, opts, PrefixCache(model.new_cache(1, 256)),
@@ -90,8 +73,8 @@ def test_tokens_the_grammar_forces_are_committed_without_a_pass_and_change_nothi
 def test_each_token_says_the_share_of_the_models_probability_the_grammar_allowed():
     """A token the model wrote freely had the whole of it; one the grammar forced had 1.0; elsewhere the share is
     the model's own probability of the allowed tokens, as a full forward over the reply reads it."""
-    model = tiny()
-    ids = prompt()
+    model = tiny_block_model()
+    ids = random_ids()
     opts = BlockOptions(max_new_tokens=30, block_length=1, threshold=1.0, stop_at_eos=False)
     out = block_reply(model, ids, SPECIAL, opts, PrefixCache(model.new_cache(1, 256)), matcher=PatternMatcher())
     assert len(out.shares) == len(out.tokens)
@@ -146,12 +129,12 @@ class EndsAfter:
 def test_an_end_the_grammar_leaves_no_choice_but_is_committed_without_a_pass():
     """After a call's `</tool_call>` the grammar allows the end of turn and the end of text, nothing else: the
     reply ends there, without a pass to choose between two ways of ending."""
-    model = tiny()
+    model = tiny_block_model()
     special = SpecialIds(mask=MASK, stop=(STOP, 0))
     opts = BlockOptions(max_new_tokens=40, block_length=1, threshold=1.0)
-    fast = block_reply(model, prompt(), special, opts, PrefixCache(model.new_cache(1, 256)),
+    fast = block_reply(model, random_ids(), special, opts, PrefixCache(model.new_cache(1, 256)),
                        matcher=EndsAfter(6, special.stop))
-    slow = block_reply(model, prompt(), special, opts, PrefixCache(model.new_cache(1, 256)),
+    slow = block_reply(model, random_ids(), special, opts, PrefixCache(model.new_cache(1, 256)),
                        matcher=EndsAfter(6, special.stop, masks_too=True))
     assert fast.tokens == slow.tokens and len(fast.tokens) == 6
     assert fast.stopped == slow.stopped == "eos"
@@ -176,8 +159,8 @@ class Oracle:
 def test_guessed_tokens_change_the_passes_not_the_reply(with_grammar):
     from llm.drafter import Drafter
 
-    model = tiny()
-    ids = prompt()
+    model = tiny_block_model()
+    ids = random_ids()
     plain = BlockOptions(max_new_tokens=40, block_length=1, threshold=1.0, stop_at_eos=False)
     drafted = dataclasses.replace(plain, draft_length=6)
 
@@ -197,8 +180,8 @@ def test_guessed_tokens_change_the_passes_not_the_reply(with_grammar):
 
 @torch.no_grad()
 def test_prefix_cache_reuse_changes_nothing_but_cost():
-    model = tiny()
-    ids = prompt(30)
+    model = tiny_block_model()
+    ids = random_ids(30)
     opts = BlockOptions(max_new_tokens=16, block_length=4, threshold=0.5, stop_at_eos=False)
     cold = block_reply(model, ids, SPECIAL, opts, PrefixCache(model.new_cache(1, 256)))
     prefix = PrefixCache(model.new_cache(1, 256))
@@ -209,106 +192,9 @@ def test_prefix_cache_reuse_changes_nothing_but_cost():
 
 
 @torch.no_grad()
-def test_training_attention_is_the_samplers():
-    """The logits training computes for a block's noisy copy equal the sampler's for the same canvas."""
-    model = tiny()
-    ids = prompt(24)
-    spans = [(10, 18)]  # one reply of 8 tokens: blocks [10, 14) and [14, 18)
-    packed = block_batch(ids, spans, 4, MASK, torch.Generator().manual_seed(3), ar_weight=0.5)
-    hidden, _ = model.trunk_masked(packed.ids[None], packed.positions[None], packed.allowed[None])
-    n = len(ids)
-    for k, b0 in enumerate((10, 14)):
-        canvas = packed.ids[n + 4 * k:n + 4 * k + 4]
-        cache = model.new_cache(1, 256)
-        got = passes(model, [Pass(cache, 0, torch.cat([torch.tensor(ids[:b0]), canvas]))])[0]  # the prompt, the canvas
-        torch.testing.assert_close(got[b0:], hidden[0, n + 4 * k:n + 4 * k + 4], atol=1e-5, rtol=1e-4)
-        torch.testing.assert_close(got[:b0], hidden[0, :b0], atol=1e-5, rtol=1e-4)
-    # targets: the clean stream predicts each reply token; a copy row predicts the masked token after it
-    rows = (packed.weights > 0).nonzero()[:, 0]
-    assert all(packed.targets[r] >= 0 for r in rows)
-    assert packed.targets[9] == ids[10] and packed.weights[9] == 1.0  # a block's first token, from the clean row
-
-
-def test_lora_starts_as_the_base_and_merges_exactly():
-    model = tiny()
-    ids = torch.tensor([prompt(12)])
-    with torch.no_grad():
-        base = model(ids)
-    lora.add_lora(model, rank=4, alpha=8.0, seed=0)
-    with torch.no_grad():
-        torch.testing.assert_close(model(ids), base)  # B starts at zero
-        for name, p in model.named_parameters():
-            if name.endswith("lora_b"):
-                p.normal_(std=0.05)
-        wrapped = model(ids)
-    adapter = lora.adapter_state(model)
-    lora.unwrap(model)
-    with torch.no_grad():
-        lora.merge(model, adapter, 8.0 / 4)
-        torch.testing.assert_close(model(ids), wrapped, atol=1e-5, rtol=1e-4)
-
-
-def test_adapt_lowers_the_loss_and_is_deterministic():
-    def run():
-        model = tiny()
-        ids = prompt(40, seed=5)
-        examples = [Example(ids, [(20, 30), (34, 40)])]
-        losses = []
-        opts = AdaptOptions(steps=12, batch_size=1, lr=1e-2, warmup_steps=1, rank=4, alpha=8.0, threads=1)
-        adapter = adapt(model, examples, MASK, opts, on_step=lambda step, loss, s: losses.append(loss))
-        return losses, adapter
-
-    first, adapter = run()
-    second, _ = run()
-    assert first == second
-    assert min(first[-3:]) < first[0]
-    model = tiny()
-    apply_adapter(model, adapter, 2.0, MASK)
-    assert torch.equal(model.transformer.wte.weight[MASK], adapter["mask_embedding"])
-
-
-def test_a_second_stage_goes_on_from_the_first_adapter():
-    ids = prompt(40, seed=5)
-    examples = [Example(ids, [(20, 30), (34, 40)])]
-    opts = AdaptOptions(steps=12, batch_size=1, lr=1e-2, warmup_steps=1, rank=4, alpha=8.0, threads=1)
-    first_losses, second_losses = [], []
-    adapter = adapt(tiny(), examples, MASK, opts, on_step=lambda step, loss, s: first_losses.append(loss))
-    frozen = {k: v.clone() for k, v in adapter.items()}
-    quiet = AdaptOptions(steps=1, batch_size=1, lr=1e-9, warmup_steps=1, rank=4, alpha=8.0, threads=1)
-    again = adapt(tiny(), examples, MASK, quiet, on_step=lambda step, loss, s: second_losses.append(loss),
-                  init=adapter)
-    assert second_losses[0] < first_losses[0] / 2  # it starts where the first stage ended, not from the base
-    assert all(torch.allclose(again[k], frozen[k], atol=1e-6) for k in frozen)
-    with pytest.raises(ValueError, match="does not fit"):
-        adapt(tiny(), examples, MASK, dataclasses.replace(quiet, rank=2), init=adapter)
-
-
-def test_packed_loss_pads_without_changing_a_sequence():
-    model = tiny()
-    g = torch.Generator().manual_seed(0)
-    a = block_batch(prompt(20, 1), [(12, 20)], 4, MASK, g)
-    b = block_batch(prompt(30, 2), [(12, 30)], 4, MASK, g)
-    with torch.no_grad():
-        alone = packed_loss(model, [a])
-        both = packed_loss(model, [a, b])
-        torch.testing.assert_close(packed_loss(model, [a, a]), alone)
-    assert both.item() != alone.item()
-
-
-def test_a_shared_prefix_run_once_gives_the_same_loss():
-    model = tiny()
-    g = torch.Generator().manual_seed(0)
-    head = prompt(10, 7)
-    a = block_batch(head + prompt(14, 1), [(16, 24)], 4, MASK, g)
-    b = block_batch(head + prompt(20, 2), [(14, 30)], 4, MASK, g)
-    with torch.no_grad():
-        torch.testing.assert_close(packed_loss(model, [a, b], prefix_len=10), packed_loss(model, [a, b]))
-
-
-@torch.no_grad()
 def test_passes_of_several_sequences_in_one_forward_are_each_ones_own():
-    model = tiny()
-    a, b = prompt(20, 1), prompt(13, 2)
+    model = tiny_block_model()
+    a, b = random_ids(20, 1), random_ids(13, 2)
 
     def run(together):
         caches = [model.new_cache(1, 256), model.new_cache(1, 256)]
@@ -324,8 +210,8 @@ def test_passes_of_several_sequences_in_one_forward_are_each_ones_own():
 
 @torch.no_grad()
 def test_generations_on_threads_share_forwards_and_write_what_they_write_alone():
-    model = tiny()
-    prompts = [prompt(20, seed) for seed in (1, 2, 3)]
+    model = tiny_block_model()
+    prompts = [random_ids(20, seed) for seed in (1, 2, 3)]
     opts = BlockOptions(max_new_tokens=16, block_length=3, threshold=0.9, stop_at_eos=False)
     alone = [block_reply(model, p, SPECIAL, opts, PrefixCache(model.new_cache(1, 256))) for p in prompts]
     batcher = PassBatcher(model, MASK, linger_s=5.0)  # every generation joins before any pass: lockstep
@@ -348,7 +234,7 @@ def test_generations_on_threads_share_forwards_and_write_what_they_write_alone()
 
 @torch.no_grad()
 def test_a_pass_too_long_fails_its_own_generation_not_the_batch():
-    model = tiny()
+    model = tiny_block_model()
     batcher = PassBatcher(model, MASK, linger_s=5.0)
     errors, results = [], []
 
@@ -359,8 +245,8 @@ def test_a_pass_too_long_fails_its_own_generation_not_the_batch():
             except ValueError as exc:
                 errors.append(exc)
 
-    good = threading.Thread(target=ask, args=(Pass(model.new_cache(1, 256), 0, torch.tensor(prompt(10))),))
-    bad = threading.Thread(target=ask, args=(Pass(model.new_cache(1, 256), 250, torch.tensor(prompt(10))),))
+    good = threading.Thread(target=ask, args=(Pass(model.new_cache(1, 256), 0, torch.tensor(random_ids(10))),))
+    bad = threading.Thread(target=ask, args=(Pass(model.new_cache(1, 256), 250, torch.tensor(random_ids(10))),))
     good.start(), bad.start()
     good.join(10), bad.join(10)
     assert len(results) == 1 and results[0][1].shape == (1, 64)
@@ -369,10 +255,10 @@ def test_a_pass_too_long_fails_its_own_generation_not_the_batch():
 
 @torch.no_grad()
 def test_a_cache_new_to_a_prompt_starts_from_the_prefix_another_generation_holds():
-    model = tiny()
+    model = tiny_block_model()
     caches = _Caches(model)
-    system = prompt(30, 1)
-    first, second = system + prompt(5, 2), system + prompt(7, 3)
+    system = random_ids(30, 1)
+    first, second = system + random_ids(5, 2), system + random_ids(7, 3)
     with caches.lent(first) as a:
         block_reply(model, first, SPECIAL, BlockOptions(max_new_tokens=4, stop_at_eos=False), a)
         with caches.lent(second) as b:   # lent while a is: a new cache, with the system prompt's keys copied
@@ -388,8 +274,8 @@ def test_a_cache_new_to_a_prompt_starts_from_the_prefix_another_generation_holds
 
 @torch.no_grad()
 def test_a_long_prompt_is_prefilled_a_chunk_a_pass_with_the_same_reply():
-    model = tiny()
-    ids = prompt(100)
+    model = tiny_block_model()
+    ids = random_ids(100)
     opts = BlockOptions(max_new_tokens=12, block_length=3, threshold=0.9, stop_at_eos=False)
     whole = block_reply(model, ids, SPECIAL, dataclasses.replace(opts, prefill_chunk=1000),
                         PrefixCache(model.new_cache(1, 256)))

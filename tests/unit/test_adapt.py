@@ -1,0 +1,110 @@
+"""LoRA adaptation of a left-to-right model to block diffusion (llm.blockdiff's training side, llm.lora, llm.adapt),
+on tiny random models: training's attention is the sampler's, the adapter starts as the base and merges exactly, and
+adaptation is deterministic."""
+import dataclasses
+
+import pytest
+import torch
+
+from llm import lora
+from llm.adapt import AdaptOptions, Example, adapt, apply_adapter
+from llm.blockdiff import block_batch, packed_loss
+from llm.passes import Pass, passes
+from tests.checkpoints import TINY_MASK as MASK, random_ids, tiny_block_model
+
+
+@torch.no_grad()
+def test_training_attention_is_the_samplers():
+    """The logits training computes for a block's noisy copy equal the sampler's for the same canvas."""
+    model = tiny_block_model()
+    ids = random_ids(24)
+    spans = [(10, 18)]  # one reply of 8 tokens: blocks [10, 14) and [14, 18)
+    packed = block_batch(ids, spans, 4, MASK, torch.Generator().manual_seed(3), ar_weight=0.5)
+    hidden, _ = model.trunk_masked(packed.ids[None], packed.positions[None], packed.allowed[None])
+    n = len(ids)
+    for k, b0 in enumerate((10, 14)):
+        canvas = packed.ids[n + 4 * k:n + 4 * k + 4]
+        cache = model.new_cache(1, 256)
+        got = passes(model, [Pass(cache, 0, torch.cat([torch.tensor(ids[:b0]), canvas]))])[0]  # the prompt, the canvas
+        torch.testing.assert_close(got[b0:], hidden[0, n + 4 * k:n + 4 * k + 4], atol=1e-5, rtol=1e-4)
+        torch.testing.assert_close(got[:b0], hidden[0, :b0], atol=1e-5, rtol=1e-4)
+    # targets: the clean stream predicts each reply token; a copy row predicts the masked token after it
+    rows = (packed.weights > 0).nonzero()[:, 0]
+    assert all(packed.targets[r] >= 0 for r in rows)
+    assert packed.targets[9] == ids[10] and packed.weights[9] == 1.0  # a block's first token, from the clean row
+
+
+def test_lora_starts_as_the_base_and_merges_exactly():
+    model = tiny_block_model()
+    ids = torch.tensor([random_ids(12)])
+    with torch.no_grad():
+        base = model(ids)
+    lora.add_lora(model, rank=4, alpha=8.0, seed=0)
+    with torch.no_grad():
+        torch.testing.assert_close(model(ids), base)  # B starts at zero
+        for name, p in model.named_parameters():
+            if name.endswith("lora_b"):
+                p.normal_(std=0.05)
+        wrapped = model(ids)
+    adapter = lora.adapter_state(model)
+    lora.unwrap(model)
+    with torch.no_grad():
+        lora.merge(model, adapter, 8.0 / 4)
+        torch.testing.assert_close(model(ids), wrapped, atol=1e-5, rtol=1e-4)
+
+
+def test_adapt_lowers_the_loss_and_is_deterministic():
+    def run():
+        model = tiny_block_model()
+        ids = random_ids(40, seed=5)
+        examples = [Example(ids, [(20, 30), (34, 40)])]
+        losses = []
+        opts = AdaptOptions(steps=12, batch_size=1, lr=1e-2, warmup_steps=1, rank=4, alpha=8.0, threads=1)
+        adapter = adapt(model, examples, MASK, opts, on_step=lambda step, loss, s: losses.append(loss))
+        return losses, adapter
+
+    first, adapter = run()
+    second, _ = run()
+    assert first == second
+    assert min(first[-3:]) < first[0]
+    model = tiny_block_model()
+    apply_adapter(model, adapter, 2.0, MASK)
+    assert torch.equal(model.transformer.wte.weight[MASK], adapter["mask_embedding"])
+
+
+def test_a_second_stage_goes_on_from_the_first_adapter():
+    ids = random_ids(40, seed=5)
+    examples = [Example(ids, [(20, 30), (34, 40)])]
+    opts = AdaptOptions(steps=12, batch_size=1, lr=1e-2, warmup_steps=1, rank=4, alpha=8.0, threads=1)
+    first_losses, second_losses = [], []
+    adapter = adapt(tiny_block_model(), examples, MASK, opts, on_step=lambda step, loss, s: first_losses.append(loss))
+    frozen = {k: v.clone() for k, v in adapter.items()}
+    quiet = AdaptOptions(steps=1, batch_size=1, lr=1e-9, warmup_steps=1, rank=4, alpha=8.0, threads=1)
+    again = adapt(tiny_block_model(), examples, MASK, quiet, on_step=lambda step, loss, s: second_losses.append(loss),
+                  init=adapter)
+    assert second_losses[0] < first_losses[0] / 2  # it starts where the first stage ended, not from the base
+    assert all(torch.allclose(again[k], frozen[k], atol=1e-6) for k in frozen)
+    with pytest.raises(ValueError, match="does not fit"):
+        adapt(tiny_block_model(), examples, MASK, dataclasses.replace(quiet, rank=2), init=adapter)
+
+
+def test_packed_loss_pads_without_changing_a_sequence():
+    model = tiny_block_model()
+    g = torch.Generator().manual_seed(0)
+    a = block_batch(random_ids(20, 1), [(12, 20)], 4, MASK, g)
+    b = block_batch(random_ids(30, 2), [(12, 30)], 4, MASK, g)
+    with torch.no_grad():
+        alone = packed_loss(model, [a])
+        both = packed_loss(model, [a, b])
+        torch.testing.assert_close(packed_loss(model, [a, a]), alone)
+    assert both.item() != alone.item()
+
+
+def test_a_shared_prefix_run_once_gives_the_same_loss():
+    model = tiny_block_model()
+    g = torch.Generator().manual_seed(0)
+    head = random_ids(10, 7)
+    a = block_batch(head + random_ids(14, 1), [(16, 24)], 4, MASK, g)
+    b = block_batch(head + random_ids(20, 2), [(14, 30)], 4, MASK, g)
+    with torch.no_grad():
+        torch.testing.assert_close(packed_loss(model, [a, b], prefix_len=10), packed_loss(model, [a, b]))
