@@ -134,7 +134,7 @@ class Said:
                          for j, c, d, other, _ in spans)
             if not inside and form not in named.setdefault(name, []):
                 named[name].append(form)
-        return {name: forms for name, forms in named.items() if forms}
+        return named
 
     def service_forms(self, value: str) -> list[str]:
         """The forms of the profile's service `value` (its name, then its aliases) that the texts say: ["cavity"] of

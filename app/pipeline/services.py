@@ -57,8 +57,8 @@ class Services:
         t0 = time.perf_counter()
         profile = load_profile(settings.profile)
         # the recognizer expects the business's own words: "blow dry", not "blow drive"
-        asr_options = AsrOptions(model_dir=settings.asr_model, prompt=recognizer_prompt(profile))
-        asr = Transcriber(asr_options) if speech else None
+        asr = (Transcriber(AsrOptions(model_dir=settings.asr_model, prompt=recognizer_prompt(profile))) if speech
+               else None)
         tts = Synthesizer(settings.voice) if speech else None
         engine = llm.load(settings.llm_model, device=settings.llm_device)
         if speech:   # a core left to ASR and TTS; a text conversation keeps torch's choice (or --threads)
