@@ -45,6 +45,9 @@ class Settings:
     # what a caller hears when every session is in use (Twilio says it, then hangs up)
     busy_message: str = "Sorry, all our lines are busy right now. Please call back in a few minutes."
     twilio_auth_token: str | None = None  # when set, X-Twilio-Signature is verified
+    # where transfer_to_human hands a phone call: a number (+15550100199) or a SIP URI; None: the call stays
+    # with Parley and an integrator's event hook moves it (app.transports.twilio)
+    transfer_to: str | None = None
 
     def replace(self, **changes) -> "Settings":
         """A copy with the given fields changed; None values are ignored (an absent CLI flag)."""

@@ -35,11 +35,18 @@ def settings_from(args: argparse.Namespace, **extra) -> Settings:
 
 
 def check(settings: Settings) -> None:
-    """The settings' mistakes that cost nothing to find, found before seconds of model loading: the device, and
-    the business profile (read and parsed). Raises UsageError."""
+    """The settings' mistakes that cost nothing to find, found before seconds of model loading: the device, the
+    transfer number, and the business profile (read and parsed). Raises UsageError."""
     check_device(settings.llm_device)
     if settings.llm_batch < 1:
         raise UsageError(f"PARLEY_LLM_BATCH={settings.llm_batch}: generations run at once must be at least 1")
+    if settings.transfer_to is not None:
+        from app.transports.twilio_wire import dial_target
+
+        try:
+            dial_target(settings.transfer_to)
+        except ValueError as exc:
+            raise UsageError(f"PARLEY_TRANSFER_TO: {exc}") from None
     from app.agent.profile import load_profile
 
     try:

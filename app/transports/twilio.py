@@ -5,18 +5,23 @@ Audio out: 20 ms frames pulled from session.playback at 8 kHz, paced by the wall
 a `mark` follows the last frame of each reply chunk and Twilio echoes it once the caller heard that audio,
 so only heard chunks reach the history (Session confirm_marks mode). Barge-in sends `clear`.
 
+Transfers: with PARLEY_TRANSFER_TO (a number or a SIP URI), the voice webhook's `<Connect>` names an action URL
+(AFTER_PATH); once the caller has heard the agent say it will transfer them, Parley ends the stream, Twilio asks
+that URL what follows, and it answers `<Dial>` to that number (any other call that ends: `<Hangup/>`). Without it,
+Parley keeps the call open and an integrator's hook may move it.
+
 Integrators: `set_call_event_hook(app, hook)` receives every call's events, among them
-{"type": "control", "action": "transfer_to_human"} once the agent has told the caller it will transfer them;
-Parley keeps the call open, and the hook moves the call (e.g. Twilio's REST API: update the call with
-`<Dial>` TwiML, which ends this stream with a `stop`). `end_call` hangs up after the goodbye was heard:
-the stream closes, and with nothing after `<Connect>` in the TwiML, Twilio ends the call.
+{"type": "control", "action": "transfer_to_human"} once the agent has told the caller it will transfer them
+(e.g. move the call with Twilio's REST API: update it with `<Dial>` TwiML, which ends this stream with a
+`stop`). `end_call` hangs up after the goodbye was heard: the stream closes, and with nothing after `<Connect>`
+in the TwiML (or `<Hangup/>` from the action URL), Twilio ends the call.
 """
 import asyncio
 import logging
-from collections import Counter
+from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
 from typing import Awaitable, Callable
-from urllib.parse import parse_qsl
+from urllib.parse import parse_qsl, quote
 
 import soxr
 from fastapi import APIRouter, FastAPI, Request, WebSocket
@@ -35,6 +40,7 @@ log = logging.getLogger(__name__)
 
 STREAM_PATH = "/telephony/twilio"
 VOICE_PATH = "/telephony/twilio/voice"
+AFTER_PATH = "/telephony/twilio/after"       # the <Connect> action: what a call does once its stream has ended
 CLOSE_NORMAL, CLOSE_UNSUPPORTED, CLOSE_POLICY, CLOSE_TOO_BIG, CLOSE_ERROR, CLOSE_TRY_LATER = 1000, 1003, 1008, 1009, 1011, 1013
 
 router = APIRouter()
@@ -67,6 +73,35 @@ def telephony_stats(app: FastAPI) -> TelephonyStats:
     return app.state.telephony_stats
 
 
+class Transfers:
+    """Calls the agent is handing to a person: marked as their stream is ended, taken when Twilio asks what
+    follows it (AFTER_PATH). At most `limit` are remembered: a call Twilio never asks about is forgotten."""
+
+    def __init__(self, target: str, limit: int = 1000):
+        self.target = target                      # twilio_wire.dial_target's
+        self.limit = limit
+        self._calls: OrderedDict[str, None] = OrderedDict()
+
+    def mark(self, call_sid: str) -> None:
+        self._calls[call_sid] = None
+        while len(self._calls) > self.limit:
+            self._calls.popitem(last=False)
+
+    def take(self, call_sid: str) -> bool:
+        """Whether `call_sid` was marked (once: a second ask hangs up)."""
+        return self._calls.pop(call_sid, False) is None
+
+
+def transfers(app: FastAPI) -> Transfers | None:
+    """The app's pending transfers; None without a transfer number (PARLEY_TRANSFER_TO)."""
+    target = app.state.settings.transfer_to
+    if target is None:
+        return None
+    if getattr(app.state, "transfers", None) is None:
+        app.state.transfers = Transfers(wire.dial_target(target))
+    return app.state.transfers
+
+
 def set_call_event_hook(app: FastAPI, hook: CallEventHook | None) -> None:
     """`await hook(call, event)` for each call's events: transcript, reply, tool, metrics, error, dtmf, control."""
     app.state.telephony_event_hook = hook
@@ -78,6 +113,47 @@ def set_call_event_hook(app: FastAPI, hook: CallEventHook | None) -> None:
 @router.post(VOICE_PATH)
 async def twilio_voice(request: Request) -> Response:
     """The call's webhook: TwiML connecting it to our Media Streams endpoint."""
+    settings = request.app.state.settings
+    params = await _twilio_form(request)
+    if isinstance(params, Response):
+        return params
+    host = settings.public_host or request.headers.get("host")
+    if not host:
+        return _refuse(request.app, 400, "no public host: set PARLEY_PUBLIC_HOST (or send a Host header)")
+    if (refused := no_room(request.app.state)) is not None:
+        # no session for this call now: the caller hears why (Twilio says it), not a stream refused in silence
+        _count_refusal(request.app, refused[0])
+        log.info("twilio call refused: %s", refused[1])
+        return Response(wire.busy_twiml(settings.busy_message), media_type="text/xml")
+    # with PARLEY_AUTH_TOKEN, the stream carries it as a <Parameter> (Twilio takes no query string there), and
+    # the action URL in its query
+    parameters = {TOKEN_PARAMETER: settings.auth_token} if settings.auth_token else None
+    action = None
+    if transfers(request.app) is not None:
+        query = f"?{TOKEN_PARAMETER}={quote(settings.auth_token, safe='')}" if settings.auth_token else ""
+        action = f"https://{host}{AFTER_PATH}{query}"
+    twiml = wire.connect_stream_twiml(f"wss://{host}{STREAM_PATH}", parameters, action)
+    return Response(twiml, media_type="text/xml")
+
+
+@router.post(AFTER_PATH)
+async def twilio_after(request: Request) -> Response:
+    """The <Connect> action, asked once a call's stream has ended: `<Dial>` the transfer number for a call the
+    agent is transferring, `<Hangup/>` for any other."""
+    params = await _twilio_form(request)
+    if isinstance(params, Response):
+        return params
+    call_sid = dict(params).get("CallSid", "")
+    pending = transfers(request.app)
+    if pending is not None and call_sid and pending.take(call_sid):
+        log.info("twilio call %s transferred to %s", call_sid, pending.target)
+        return Response(wire.dial_twiml(pending.target), media_type="text/xml")
+    return Response(wire.hangup_twiml(), media_type="text/xml")
+
+
+async def _twilio_form(request: Request) -> list[tuple[str, str]] | Response:
+    """A webhook's form parameters, its signature checked when PARLEY_TWILIO_AUTH_TOKEN is set; or the 4xx
+    response refusing it."""
     settings = request.app.state.settings
     body = await read_limited(request, wire.MAX_MESSAGE_BYTES)
     if body is None:
@@ -91,18 +167,7 @@ async def twilio_voice(request: Request) -> Response:
         signature = request.headers.get(wire.SIGNATURE_HEADER)
         if not wire.signature_valid(settings.twilio_auth_token, signature, url, params):
             return _refuse(request.app, 403, f"missing or wrong {wire.SIGNATURE_HEADER}")
-    host = settings.public_host or request.headers.get("host")
-    if not host:
-        return _refuse(request.app, 400, "no public host: set PARLEY_PUBLIC_HOST (or send a Host header)")
-    if (refused := no_room(request.app.state)) is not None:
-        # no session for this call now: the caller hears why (Twilio says it), not a stream refused in silence
-        _count_refusal(request.app, refused[0])
-        log.info("twilio call refused: %s", refused[1])
-        return Response(wire.busy_twiml(settings.busy_message), media_type="text/xml")
-    # with PARLEY_AUTH_TOKEN, the stream carries it as a <Parameter> (Twilio takes no query string there)
-    parameters = {TOKEN_PARAMETER: settings.auth_token} if settings.auth_token else None
-    twiml = wire.connect_stream_twiml(f"wss://{host}{STREAM_PATH}", parameters)
-    return Response(twiml, media_type="text/xml")
+    return params
 
 
 def _signed_url(connection, public_host: str | None, scheme: str) -> str:
@@ -148,7 +213,7 @@ async def twilio_stream(websocket: WebSocket) -> None:
     token = settings.auth_token if settings.auth_token and not getattr(websocket.state, "authenticated", False) else None
     call = TwilioCall(websocket, state.services, on_closed=state.calls.discard, stats=stats,
                       on_event=getattr(state, "telephony_event_hook", None), metrics=state.metrics,
-                      token=token)
+                      token=token, transfers=transfers(websocket.app))
     state.calls.add(call)
     stats.calls += 1
     try:
@@ -169,9 +234,11 @@ class TwilioCall(SocketCall):
     TRANSPORT = "twilio"
 
     def __init__(self, websocket: WebSocket, services, *, on_closed: Callable[["TwilioCall"], None],
-                 stats: TelephonyStats, metrics, on_event: CallEventHook | None = None, token: str | None = None):
+                 stats: TelephonyStats, metrics, on_event: CallEventHook | None = None, token: str | None = None,
+                 transfers: Transfers | None = None):
         super().__init__(websocket, on_closed)
         self.token = token                          # the token the start message must carry, if any
+        self.transfers = transfers                  # where a transfer goes; None: the integrator's hook moves it
         self.metrics = metrics                      # app.server.metrics.Metrics
         self.services = services
         self.stats = stats
@@ -335,6 +402,9 @@ class TwilioCall(SocketCall):
         await self._emit({"type": "control", "action": action})
         if action == "end_call":
             self.close_soon("the agent ended the call")
+        elif action == "transfer_to_human" and self.transfers is not None and self.info.call_sid:
+            self.transfers.mark(self.info.call_sid)   # Twilio asks AFTER_PATH what follows, and dials
+            self.close_soon("the agent transferred the call")
 
     async def _emit(self, event: dict) -> None:
         if self.on_event is None or self.info is None:

@@ -1,4 +1,5 @@
-"""Twilio's side of a phone call: Media Streams messages, request signatures, and the TwiML that starts a stream.
+"""Twilio's side of a phone call: Media Streams messages, request signatures, and the TwiML that starts a stream
+and says what follows it (a transfer's <Dial>, or hanging up).
 
 Pure functions and constants; the socket and the session live in app/transports/twilio.py.
 Message shapes follow Twilio's "Media Streams - WebSocket Messages"; the signature is Twilio's webhook scheme:
@@ -9,6 +10,7 @@ import binascii
 import hashlib
 import hmac
 import json
+import re
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit, urlunsplit
 from xml.sax.saxutils import escape, quoteattr
@@ -141,10 +143,41 @@ def busy_twiml(message: str) -> str:
     return (f'<?xml version="1.0" encoding="UTF-8"?><Response><Say>{escape(message)}</Say><Hangup/></Response>')
 
 
-def connect_stream_twiml(stream_url: str, parameters: dict[str, str] | None = None) -> str:
-    """TwiML that connects the call to a bidirectional Media Stream; the call ends when the stream does."""
+def connect_stream_twiml(stream_url: str, parameters: dict[str, str] | None = None, action: str | None = None) -> str:
+    """TwiML that connects the call to a bidirectional Media Stream. When the stream ends, the call ends; with an
+    `action` URL, Twilio asks it instead what the call does next (Twilio's <Connect action>: a transfer's
+    `dial_twiml`, or `hangup_twiml`)."""
     inner = "".join(f"<Parameter name={quoteattr(k)} value={quoteattr(v)}/>" for k, v in (parameters or {}).items())
     url = quoteattr(stream_url)
     stream = f"<Stream url={url}>{inner}</Stream>" if inner else f"<Stream url={url}/>"
-    return f'<?xml version="1.0" encoding="UTF-8"?><Response><Connect>{stream}</Connect></Response>'
+    connect = f"<Connect action={quoteattr(action)}>" if action else "<Connect>"
+    return f'<?xml version="1.0" encoding="UTF-8"?><Response>{connect}{stream}</Connect></Response>'
+
+
+_PHONE_SEPARATORS = re.compile(r"[\s().-]")
+_PHONE = re.compile(r"\+?[0-9]{3,15}")           # E.164 allows 15 digits; short codes and extensions have 3+
+_SIP = re.compile(r"sips?:[^\s<>\"'&]+", re.IGNORECASE)
+
+
+def dial_target(text: str) -> str:
+    """Where a transfer dials: a phone number ("+1 (555) 010-0199" -> "+15550100199") or a SIP URI
+    ("sip:frontdesk@pbx.example.com"). Raises ValueError saying what is expected."""
+    text = text.strip()
+    if _SIP.fullmatch(text):
+        return text
+    number = _PHONE_SEPARATORS.sub("", text)
+    if _PHONE.fullmatch(number):
+        return number
+    raise ValueError(f"{text!r} is neither a phone number (+15550100199) nor a SIP URI (sip:desk@pbx.example.com)")
+
+
+def dial_twiml(target: str) -> str:
+    """TwiML that hands the call to `target` (dial_target's): the number or SIP address rings, and the caller
+    talks to whoever answers."""
+    noun = f"<Sip>{escape(target)}</Sip>" if _SIP.fullmatch(target) else escape(target)
+    return f'<?xml version="1.0" encoding="UTF-8"?><Response><Dial>{noun}</Dial></Response>'
+
+
+def hangup_twiml() -> str:
+    return '<?xml version="1.0" encoding="UTF-8"?><Response><Hangup/></Response>'
 

@@ -89,6 +89,7 @@ def test_operator_mistakes_are_one_line_and_exit_2_before_any_model_loads(operat
             (("serve", "--llm-device", "cuda:99"), {}, "--llm-device cuda:99"),   # no such GPU, here or on one
             (("serve",), {"PARLEY_PORT": "abc"}, "PARLEY_PORT='abc'"),
             (("serve",), {"PARLEY_LLM_BATCH": "0"}, "PARLEY_LLM_BATCH=0"),
+            (("serve",), {"PARLEY_TRANSFER_TO": "the front desk"}, "PARLEY_TRANSFER_TO: 'the front desk'"),
             (("serve", "--port", port), {}, f"127.0.0.1:{port}: already in use"),
             (("serve", "--profile", str(bad_yaml)), {}, "not valid YAML"),
             (("chat", "--profile", str(bad_yaml)), {}, "line 2"),

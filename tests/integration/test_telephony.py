@@ -214,6 +214,37 @@ def test_transfer_reaches_the_integrator_and_end_call_hangs_up_once_the_goodbye_
     assert not app.state.calls
 
 
+def test_a_transfer_ends_the_stream_once_heard_and_twilio_is_told_to_dial_the_staff(phone, speech):
+    """With PARLEY_TRANSFER_TO, the agent's announcement is played, the stream then ends, and the <Connect>
+    action Twilio asks next dials the number; the same server hangs up a call that ends any other way."""
+    _, shared, _ = phone
+    _, tts = speech
+    app = create_app(Settings(max_sessions=2, transfer_to="+1 (555) 010-0199"), shared.state.services)
+    with serve(app) as host:
+        twiml = httpx.post(f"http://{host}/telephony/twilio/voice", data={"CallSid": "CAsim"}).text
+        assert f'<Connect action="https://{host}/telephony/twilio/after">' in twiml
+
+        async def call() -> TwilioSimulator:
+            async with connect(f"ws://{host}/telephony/twilio") as ws:
+                sim = TwilioSimulator(ws)
+                await sim.start()
+                sim.say(speak_8k(tts, "Can I talk to a human, please?"))
+                await wait_until(lambda: sim.close_code is not None, 40, "the stream to end for the transfer")
+                return sim
+
+        sim = asyncio.run(call())
+        assert sim.close_code == 1000
+        sent = [m["mark"]["name"] for _, m in sim.events("mark")]
+        assert sent and [name for _, name in sim.echoed] == sent     # the announcement was heard whole ...
+        assert 0 <= sim.closed_at - sim.echoed[-1][0] < 1.0          # ... and the stream ended right after it
+        assert voiced_seconds([chunk for _, chunk in sim.heard_at]) > 0.8
+        after = f"http://{host}/telephony/twilio/after"
+        assert httpx.post(after, data={"CallSid": "CAsim"}).text.endswith(
+            "<Response><Dial>+15550100199</Dial></Response>")
+        assert httpx.post(after, data={"CallSid": "CAsim"}).text.endswith("<Response><Hangup/></Response>")
+        assert not app.state.calls
+
+
 def test_callers_who_hang_up_at_any_moment_leave_no_session_behind(phone, speech):
     # Hang-ups at every stage of a turn: while speaking, while the agent thinks, mid-reply, and after a goodbye
     # whose marks never come back (the phone went away), so the agent is still waiting to hang up itself. Each

@@ -13,7 +13,7 @@ from app.pipeline.session import Session
 from app.server.app import create_app
 from app.settings import Settings
 from app.transports import twilio_wire as twilio
-from app.transports.twilio import telephony_stats
+from app.transports.twilio import telephony_stats, transfers
 from tests.fakes import FakeEngine, FakeToolbox
 from tests.rtc_helpers import serve_in_thread
 
@@ -52,6 +52,33 @@ def test_voice_webhook_returns_twiml_for_a_signed_request(signed):
         assert refused.status_code == 403 and twilio.SIGNATURE_HEADER in refused.text
     tampered = httpx.post(url, data={**form, "To": "+15550123"}, headers={twilio.SIGNATURE_HEADER: signature})
     assert tampered.status_code == 403
+
+
+def test_the_action_after_a_stream_dials_only_a_call_being_transferred_and_only_when_signed():
+    services = Services(None, None, FakeEngine(lambda messages: "Hello."), FakeToolbox(), system_prompt=None, ready=True)
+    settings = Settings(twilio_auth_token=TOKEN, public_host="voice.example.com", transfer_to="+1 555 010 0199",
+                        auth_token="parley-token")
+    app = create_app(settings, services)
+    with serve_in_thread(app) as url:
+        # with PARLEY_AUTH_TOKEN, the action URL carries it as the webhook's URL does
+        after = f"https://{settings.public_host}/telephony/twilio/after?token=parley-token"
+        voice = "/telephony/twilio/voice?token=parley-token"
+        form = {"CallSid": "CA42", "CallStatus": "in-progress"}
+        signature = twilio.compute_signature(TOKEN, f"https://{settings.public_host}{voice}", form)
+        twiml = httpx.post(url + voice, data=form, headers={twilio.SIGNATURE_HEADER: signature}).text
+        assert f'<Connect action="{after}">' in twiml
+
+        def ask(form: dict, signed: bool = True) -> httpx.Response:
+            headers = {twilio.SIGNATURE_HEADER: twilio.compute_signature(TOKEN, after, form)} if signed else {}
+            return httpx.post(f"{url}/telephony/twilio/after?token=parley-token", data=form, headers=headers)
+
+        assert "<Hangup/>" in ask(form).text            # an end_call, a caller who hung up: nothing follows
+        transfers(app).mark("CA42")                      # what TwilioCall does once the announcement was heard
+        assert ask(form, signed=False).status_code == 403
+        assert ask({"CallSid": "CA43"}).text.endswith("<Response><Hangup/></Response>")   # another call
+        assert ask(form).text.endswith("<Response><Dial>+15550100199</Dial></Response>")
+        assert "<Hangup/>" in ask(form).text            # once
+    services.shutdown()
 
 
 def test_stream_with_a_valid_signature_is_accepted(signed):

@@ -24,6 +24,22 @@ def test_twiml_connects_a_bidirectional_stream():
                           "</Connect></Response>")
 
 
+def test_a_transfer_dials_a_number_or_a_sip_address_and_any_other_end_hangs_up():
+    assert twilio.dial_target(" +1 (555) 010-0199 ") == "+15550100199"
+    assert twilio.dial_target("sip:frontdesk@pbx.example.com") == "sip:frontdesk@pbx.example.com"
+    for bad in ("", "the front desk", "+1 555 CALL-NOW", "12", "1234567890123456", "sip:", "sip:a b",
+                "sip:x@y><Hangup/>"):
+        with pytest.raises(ValueError, match="neither a phone number"):
+            twilio.dial_target(bad)
+    assert twilio.dial_twiml("+15550100199").endswith("<Response><Dial>+15550100199</Dial></Response>")
+    assert twilio.dial_twiml("sip:desk@pbx.example.com").endswith(
+        "<Response><Dial><Sip>sip:desk@pbx.example.com</Sip></Dial></Response>")
+    assert twilio.hangup_twiml().endswith("<Response><Hangup/></Response>")
+    twiml = twilio.connect_stream_twiml("wss://h/telephony/twilio", action="https://h/telephony/twilio/after?a=1&b=2")
+    assert '<Connect action="https://h/telephony/twilio/after?a=1&amp;b=2"><Stream url="wss://h/telephony/twilio"/>' \
+        in twiml
+
+
 def test_start_with_another_media_format_is_refused():
     message = {"event": "start", "start": {"streamSid": "MZ1", "mediaFormat": {
         "encoding": "audio/x-l16", "sampleRate": 16000, "channels": 1}}}
