@@ -32,7 +32,7 @@ SCHEMAS = [
      "parameters": {"type": "object", "properties": {
          "topic": {"type": "string", "enum": list(TOPICS)},
          "day": {"type": "string", "enum": list(DAYS), "description": "for hours on one day", SAID: True},
-         "service": {"type": "string", "description": "for the price of one service", SAID: True}},
+         "service": {"type": "string", "description": "for the price or the length of one service", SAID: True}},
          "required": ["topic"]}},
     {"name": "check_availability", "description": "Free times on a day, or whether one time is free.",
      "parameters": {"type": "object", "properties": {
@@ -263,6 +263,10 @@ class Toolbox:
         topic = topic.strip().lower()
         p = self.profile
         if topic == "hours":
+            if service and not day:
+                # "how long does a coloring take?": a service's hours are how long it takes (its price result
+                # says so), not the opening hours
+                return self._service_info(self._service(service))
             if day:
                 d = resolve_day(day, self.now().date())
                 hours = p.hours[WEEKDAYS[d.weekday()]]
@@ -277,10 +281,12 @@ class Toolbox:
             return {"services": _join([s.name for s in p.services])}
         if topic == "prices":
             if service:
-                s = self._service(service)
-                return {"service": s.name, "price": p.price_text(s), "duration": f"{s.duration_min} minutes"}
+                return self._service_info(self._service(service))
             return {"prices": _join([f"{s.name} {p.price_text(s)}" for s in p.services])}
         raise Refusal(f"I can tell you about {_join(list(TOPICS))}, not {topic!r}.")
+
+    def _service_info(self, s: Service) -> dict:
+        return {"service": s.name, "price": self.profile.price_text(s), "duration": f"{s.duration_min} minutes"}
 
     def _week_hours_text(self) -> str:
         """'Tuesday to Wednesday 9:00 AM to 6:00 PM, ...; closed Sunday and Monday': days with equal hours grouped."""
