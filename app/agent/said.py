@@ -9,12 +9,17 @@ the order of the schema's `required` list); a call none of whose x-said details 
 means depends only on the value's form, never on a list of words:
 - a clock time "HH:MM" is said when a message holds a time that may mean it ("half past three", "3:30 pm",
   app.agent.spoken_times);
-- a business's service is said when its name or one of its aliases (the profile's) is in a message;
+- a business's service is said when its name or one of its aliases (the profile's) is in a message; one of
+  several words also when said with other endings ("my hair colored" says "hair color", "teeth cleaned" says
+  "teeth cleaning": `_roots`), a single word only as it is ("fill me in" says no filling);
 - anything else is said when all its words are, accents, case and plural or possessive endings aside ("Sofia
   Ramirez" for "Sofía Ramírez", "saturday" for "Saturdays").
 """
 import re
 import unicodedata
+from functools import lru_cache
+
+import snowballstemmer
 
 from app.agent.spoken_times import times_in
 
@@ -47,9 +52,30 @@ def value_words(value: str) -> set[str]:
     return set(_words(value))
 
 
-def _has_phrase(words: list[str], phrase: list[str]) -> bool:
+_ENGLISH = snowballstemmer.stemmer("english")
+
+
+@lru_cache(maxsize=4096)
+def _root(word: str) -> str:
+    return _ENGLISH.stemWord(word)
+
+
+def _roots(words: list[str]) -> list[str]:
+    """The words without their endings (Snowball's English stemmer: "colored", "coloring" -> "color")."""
+    return [_root(w) for w in words]
+
+
+def _phrase_starts(words: list[str], phrase: list[str], roots: list[str] | None = None) -> list[int]:
+    """Where the words of `phrase` stand in `words` (`_words`' both); a phrase of several words also with other
+    endings (`roots`: `_roots(words)`, given or computed): a service's name said as a verb's participle ("get
+    my teeth cleaned": "teeth cleaning"). A single word says itself only: as a verb it is seldom the service
+    ("can you fill me in?" at a dentist's, "filling")."""
     n = len(phrase)
-    return n > 0 and any(words[i:i + n] == phrase for i in range(len(words) - n + 1))
+    exact = [i for i in range(len(words) - n + 1) if n and words[i:i + n] == phrase]
+    if n < 2:
+        return exact
+    roots, wanted = roots if roots is not None else _roots(words), _roots(phrase)
+    return exact + [i for i in range(len(words) - n + 1) if roots[i:i + n] == wanted and i not in exact]
 
 
 def named_service(profile, text: str):
@@ -59,8 +85,9 @@ def named_service(profile, text: str):
     if service is not None:
         return service
     words = _words(text)
+    roots = _roots(words)
     named = [(len(_words(form)), s) for s in profile.services for form in (s.name, *s.aliases)
-             if _has_phrase(words, _words(form))]
+             if _phrase_starts(words, _words(form), roots)]
     return max(named, key=lambda n: n[0])[1] if named else None
 
 
@@ -99,6 +126,7 @@ class Said:
     def __init__(self, texts: list[str], profile=None):
         self.texts, self.profile = texts, profile
         self.words = [_words(text) for text in texts]
+        self.roots = [_roots(words) for words in self.words]
         self.vocabulary = set().union(*self.words) if self.words else set()
         self._times: set[str] | None = None
 
@@ -126,8 +154,8 @@ class Said:
         spans = [(i, start, start + len(form), name, text_form)
                  for name, service in services if service is not None
                  for text_form in (service.name, *service.aliases) for form in [_words(text_form)] if form
-                 for i, words in enumerate(self.words)
-                 for start in range(len(words) - len(form) + 1) if words[start:start + len(form)] == form]
+                 for i, (words, roots) in enumerate(zip(self.words, self.roots))
+                 for start in _phrase_starts(words, form, roots)]
         named: dict[str, list[str]] = {}
         for i, a, b, name, form in spans:
             inside = any(j == i and other != name and c <= a and b <= d and d - c > b - a
@@ -143,7 +171,7 @@ class Said:
         if service is None:
             return []
         return [form for form in (service.name, *service.aliases)
-                if any(_has_phrase(w, _words(form)) for w in self.words)]
+                if any(_phrase_starts(w, _words(form), r) for w, r in zip(self.words, self.roots))]
 
 
 def is_said(value: str, texts: list[str], profile=None) -> bool:

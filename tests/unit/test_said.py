@@ -8,7 +8,7 @@ from app.agent.meant import UNMEANT_SHARE, free_shares
 from app.agent.options import AgentOptions
 from app.agent.profile import load_profile
 from app.agent.protocol import format_tool_call
-from app.agent.said import is_said, names_last, unsaid
+from app.agent.said import Said, is_said, named_service, names_last, unsaid
 from app.agent.store import open_store
 from app.agent.tools import SCHEMAS, Toolbox
 from tests.fakes import FakeEngine
@@ -26,6 +26,17 @@ def test_services_are_said_by_the_profiles_names_and_aliases():
     assert is_said("beard trim", ["I need a beard shave"], PROFILE)
     assert is_said("hair coloring", ["do you do highlights?"], PROFILE)
     assert not is_said("hair coloring", ["I need a haircut"], PROFILE)
+
+
+def test_a_service_of_several_words_is_said_with_other_endings_a_single_word_only_as_it_is():
+    dentist = load_profile("app/profiles/dental_clinic.yaml")
+    assert is_said("hair coloring", ["I wanna get my hair colored next tuesday"], PROFILE)   # "hair color"
+    assert named_service(PROFILE, "hair colored").name == "hair coloring"
+    assert Said(["I need my teeth cleaned, and whitened too"], dentist).services_named(
+        [s.name for s in dentist.services]) == {"cleaning": ["teeth cleaning"]}            # not "teeth whitening"
+    assert is_said("whitening", ["could I get my teeth whitened?"], dentist)
+    assert not is_said("filling", ["can you fill me in on your hours?"], dentist)         # one word: as it is
+    assert not is_said("haircut", ["how much for cutting my hair?"], PROFILE)
 
 
 def test_names_are_said_whatever_their_accents_and_case():
