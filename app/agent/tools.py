@@ -308,6 +308,10 @@ class Toolbox:
         shortest = min(s.duration_min for s in self.profile.services)
         if time is None:
             free = self._free_ranges(d, shortest)
+            closes = datetime.combine(d, self._hours_on(d)[1])
+            if not free and self.now() > closes - timedelta(minutes=shortest):
+                # not "fully booked": the day is over ("anything open Friday afternoon?" at 8:30 PM on Friday)
+                raise Refusal("We're closed for the rest of today.")
             return {"day": date_text(d), "free": _join(free) if free else "nothing"}
         start = datetime.combine(d, parse_time(time))
         self._check_slot(start, shortest)

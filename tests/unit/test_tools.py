@@ -118,6 +118,14 @@ def test_availability_lists_free_ranges_and_checks_one_time(toolbox):
     assert toolbox.call("check_availability", {"day": "friday", "time": "16:00"})["available"] is True
     today = toolbox.call("check_availability", {"day": "today"})  # from now (10:00) on
     assert today["free"] == "10:00 AM to 6:00 PM"
+    # past the day's last start (Tuesday closes at 6:00 PM), it is over, not "fully booked"
+    late = Toolbox(toolbox.profile, toolbox.store, now=lambda: NOW.replace(hour=17, minute=50))
+    assert late.call("check_availability", {"day": "today"}) == {
+        "ok": False, "error": "We're closed for the rest of today."}
+    busy = Toolbox(toolbox.profile, toolbox.store, now=lambda: NOW.replace(hour=16))
+    for i, at in enumerate(("16:00", "16:30", "17:00", "17:30")):
+        book(busy, name=f"Caller {i}", day="today", time=at)
+    assert busy.call("check_availability", {"day": "today"})["free"] == "nothing"
 
 
 def test_days_resolve_in_the_profile_timezone():
