@@ -172,10 +172,21 @@ class Toolbox:
             if "service" in properties and isinstance(service, str) and service.strip():
                 self._service(service)
             if {"day", "time"} <= properties.keys() and isinstance(day, str) and day.strip():
-                self._hours_on(resolve_day(day, self.now().date()))
+                self._hours_on(self._day(day))
         except Refusal as exc:
             return {"ok": False, "error": str(exc)}
         return None
+
+    def _day(self, day: str) -> date:
+        """The date `day` means at the business now (`resolve_day`); a weekday named on that very day once its
+        opening hours are over means that weekday next week: "a trim on Friday at 11:30", said on a Friday
+        evening, is not a time that has passed."""
+        now = self.now()
+        d = resolve_day(day, now.date())
+        hours = self.profile.hours[WEEKDAYS[d.weekday()]]
+        if d == now.date() and str(day).strip().lower() in WEEKDAYS and hours is not None and now.time() >= hours[1]:
+            return d + timedelta(days=7)
+        return d
 
     def now(self) -> datetime:
         """Naive local wall-clock time of the business."""
@@ -268,7 +279,7 @@ class Toolbox:
                 # says so), not the opening hours
                 return self._service_info(self._service(service))
             if day:
-                d = resolve_day(day, self.now().date())
+                d = self._day(day)
                 hours = p.hours[WEEKDAYS[d.weekday()]]
                 text = "closed" if hours is None else f"{time_text(hours[0])} to {time_text(hours[1])}"
                 return {"day": d.strftime("%A"), "hours": text}
@@ -304,7 +315,7 @@ class Toolbox:
         return ", ".join(parts) + (f"; closed {_join(closed)}" if closed else "")
 
     def _check_availability(self, day: str, time: str | None = None) -> dict:
-        d = resolve_day(day, self.now().date())
+        d = self._day(day)
         shortest = min(s.duration_min for s in self.profile.services)
         if time is None:
             free = self._free_ranges(d, shortest)
@@ -327,7 +338,7 @@ class Toolbox:
 
     def _book_appointment(self, name: str, day: str, time: str, service: str) -> dict:
         s = self._service(service)
-        start = datetime.combine(resolve_day(day, self.now().date()), parse_time(time))
+        start = datetime.combine(self._day(day), parse_time(time))
         self._check_slot(start, s.duration_min)
         try:
             self.store.add(name, s.name, start, s.duration_min)
@@ -343,10 +354,10 @@ class Toolbox:
     def _cancel_appointment(self, name: str, day: str | None = None) -> dict:
         found = self._upcoming(name)
         if day:
-            d = resolve_day(day, self.now().date())
+            d = self._day(day)
             found = [a for a in found if a.start.date() == d]
         if not found:
-            on = f" on {resolve_day(day, self.now().date()).strftime('%A')}" if day else ""
+            on = f" on {self._day(day).strftime('%A')}" if day else ""
             raise Refusal(f"There is no appointment under {name.strip()}{on}.")
         if len(found) > 1:
             raise Refusal(f"{name.strip()} has {len(found)} appointments: "

@@ -122,6 +122,12 @@ def test_availability_lists_free_ranges_and_checks_one_time(toolbox):
     late = Toolbox(toolbox.profile, toolbox.store, now=lambda: NOW.replace(hour=17, minute=50))
     assert late.call("check_availability", {"day": "today"}) == {
         "ok": False, "error": "We're closed for the rest of today."}
+    # a weekday named on that day once it is over is that weekday next week; "today" is still today
+    evening = Toolbox(toolbox.profile, toolbox.store, now=lambda: NOW.replace(hour=18, minute=30))
+    assert book(evening, name="Eve", day="tuesday", time="11:30")["when"] == "Tuesday, December 8 at 11:30 AM"
+    assert "has already passed" in book(evening, name="Eve", day="today", time="11:30")["error"]
+    assert evening.call("check_availability", {"day": "tuesday"})["day"] == "Tuesday, December 8"
+    assert late.call("check_availability", {"day": "tuesday"}) == late.call("check_availability", {"day": "today"})
     busy = Toolbox(toolbox.profile, toolbox.store, now=lambda: NOW.replace(hour=16))
     for i, at in enumerate(("16:00", "16:30", "17:00", "17:30")):
         book(busy, name=f"Caller {i}", day="today", time=at)
