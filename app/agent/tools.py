@@ -32,7 +32,7 @@ SCHEMAS = [
      "parameters": {"type": "object", "properties": {
          "topic": {"type": "string", "enum": list(TOPICS)},
          "day": {"type": "string", "enum": list(DAYS), "description": "for hours on one day", SAID: True},
-         "service": {"type": "string", "description": "for the price or the length of one service", SAID: True}},
+         "service": {"type": "string", "description": "for the price of one service", SAID: True}},
          "required": ["topic"]}},
     {"name": "check_availability", "description": "Free times on a day, or whether one time is free.",
      "parameters": {"type": "object", "properties": {
@@ -274,10 +274,6 @@ class Toolbox:
         topic = topic.strip().lower()
         p = self.profile
         if topic == "hours":
-            if service and not day:
-                # "how long does a coloring take?": a service's hours are how long it takes (its price result
-                # says so), not the opening hours
-                return self._service_info(self._service(service))
             if day:
                 d = self._day(day)
                 hours = p.hours[WEEKDAYS[d.weekday()]]
