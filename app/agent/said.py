@@ -11,7 +11,9 @@ means depends only on the value's form, never on a list of words:
   app.agent.spoken_times);
 - a business's service is said when its name or one of its aliases (the profile's) is in a message; one of
   several words also when said with other endings ("my hair colored" says "hair color", "teeth cleaned" says
-  "teeth cleaning": `_roots`), a single word only as it is ("fill me in" says no filling);
+  "teeth cleaning": `_roots`), a single word only as it is ("fill me in" says no filling); and, in a message
+  that names no service so, by the last word of its name when no other service's name ends so or is that word
+  ("a coloring" says the hair coloring: `_heads`);
 - anything else is said when all its words are, accents, case and plural or possessive endings aside ("Sofia
   Ramirez" for "Sofía Ramírez", "saturday" for "Saturdays").
 """
@@ -78,9 +80,28 @@ def _phrase_starts(words: list[str], phrase: list[str], roots: list[str] | None 
     return exact + [i for i in range(len(words) - n + 1) if roots[i:i + n] == wanted and i not in exact]
 
 
+def _heads(profile) -> dict:
+    """{word: service} for each service whose name is several words and ends in a noun made from a verb (one the
+    stemmer cuts an ending of three letters or more from: "coloring", "adjustment", "fitting", "truing") that is
+    its own: no other service's name ends with it, and no name or alias is that word alone. Callers name a
+    service by that head ("a coloring" for the hair coloring, "a fitting" for the contact lens fitting); a plain
+    word is as likely one of their own sentence ("can you repair my bike" at a shop with a flat tire repair, "my
+    hair is dry" beside a blow dry), and "adjustment" at a shop with two adjustments names neither."""
+    heads: dict[str, list] = {}
+    for service in profile.services:
+        parts = service.name.split()
+        last = _words(parts[-1]) if len(parts) > 1 else []
+        # "tune-up" is two words to _words: its "up" is no head
+        if len(last) == 1 and last[0].startswith(_root(last[0])) and len(last[0]) - len(_root(last[0])) >= 3:
+            heads.setdefault(last[0], []).append(service)
+    whole = {tuple(_words(form)) for s in profile.services for form in (s.name, *s.aliases)}
+    return {word: found[0] for word, found in heads.items() if len(found) == 1 and (word,) not in whole}
+
+
 def named_service(profile, text: str):
     """The profile's service that `text` names: its name or an alias, or else the longest name or alias among
-    its words ("book a haircut" -> haircut, "a kids haircut please" -> kids haircut); None if it names none."""
+    its words ("book a haircut" -> haircut, "a kids haircut please" -> kids haircut), or else the one whose
+    name's last word it says (`_heads`: "a coloring please" -> hair coloring); None if it names none."""
     service = profile.service(text)
     if service is not None:
         return service
@@ -88,7 +109,10 @@ def named_service(profile, text: str):
     roots = _roots(words)
     named = [(len(_words(form)), s) for s in profile.services for form in (s.name, *s.aliases)
              if _phrase_starts(words, _words(form), roots)]
-    return max(named, key=lambda n: n[0])[1] if named else None
+    if named:
+        return max(named, key=lambda n: n[0])[1]
+    by_head = {id(s): s for word, s in _heads(profile).items() if word in words}
+    return next(iter(by_head.values())) if len(by_head) == 1 else None
 
 
 def latest_user(messages: list[dict]) -> int:
@@ -156,6 +180,12 @@ class Said:
                  for text_form in (service.name, *service.aliases) for form in [_words(text_form)] if form
                  for i, (words, roots) in enumerate(zip(self.words, self.roots))
                  for start in _phrase_starts(words, form, roots)]
+        wanted = {name for name, service in services if service is not None}
+        heads = {word: service.name for word, service in _heads(self.profile).items() if service.name in wanted} \
+            if wanted else {}
+        spans += [(i, start, start + 1, heads[word], heads[word])
+                  for i, words in enumerate(self.words) if not self._names_any(i)   # by no name or alias
+                  for start, word in enumerate(words) if word in heads]
         named: dict[str, list[str]] = {}
         for i, a, b, name, form in spans:
             inside = any(j == i and other != name and c <= a and b <= d and d - c > b - a
@@ -164,14 +194,20 @@ class Said:
                 named[name].append(form)
         return named
 
+    def _names_any(self, i: int) -> bool:
+        """Whether text i names one of the profile's services by its name or an alias."""
+        return any(_phrase_starts(self.words[i], _words(form), self.roots[i])
+                   for s in self.profile.services for form in (s.name, *s.aliases))
+
     def service_forms(self, value: str) -> list[str]:
         """The forms of the profile's service `value` (its name, then its aliases) that the texts say: ["cavity"] of
         a dentist's filling for "I think I have a cavity"; [] when they name it by none, or `value` is no service."""
         service = self.profile.service(value) if self.profile is not None else None
         if service is None:
             return []
-        return [form for form in (service.name, *service.aliases)
-                if any(_phrase_starts(w, _words(form), r) for w, r in zip(self.words, self.roots))]
+        forms = [form for form in (service.name, *service.aliases)
+                 if any(_phrase_starts(w, _words(form), r) for w, r in zip(self.words, self.roots))]
+        return forms or ([service.name] if service.name in self.services_named([service.name]) else [])
 
 
 def is_said(value: str, texts: list[str], profile=None) -> bool:

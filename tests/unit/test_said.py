@@ -39,6 +39,21 @@ def test_a_service_of_several_words_is_said_with_other_endings_a_single_word_onl
     assert not is_said("haircut", ["how much for cutting my hair?"], PROFILE)
 
 
+def test_a_service_is_named_by_the_verbal_noun_its_name_ends_in_where_nothing_else_is_named():
+    names = [s.name for s in PROFILE.services]
+    assert Said(["I'd like to book a coloring for wednesday"], PROFILE).services_named(names) == {
+        "hair coloring": ["hair coloring"]}
+    assert is_said("hair coloring", ["how much for, uh, coloring?"], PROFILE)
+    assert named_service(PROFILE, "coloring").name == "hair coloring"
+    assert Said(["a haircut, and a coloring"], PROFILE).services_named(names) == {"haircut": ["haircut"]}
+    assert not is_said("blow dry", ["my hair is so dry"], PROFILE)            # a plain word: the caller's own
+    optician = load_profile("app/profiles/eye_care.yaml")
+    assert named_service(optician, "a fitting please").name == "contact lens fitting"
+    bikes = load_profile("app/profiles/bike_repair.yaml")
+    assert named_service(bikes, "can you repair my bike") is None           # "repair": no verbal noun
+    assert named_service(bikes, "I need a truing").name == "wheel truing"
+
+
 def test_names_are_said_whatever_their_accents_and_case():
     assert is_said("Sofía Ramírez", ["name is sofia ramirez"])
     assert is_said("de la Cruz", ["It's Maria de la Cruz."])
