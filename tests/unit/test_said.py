@@ -196,6 +196,32 @@ def test_a_service_the_grammar_forced_on_the_model_is_asked_for_not_booked():
     assert agent.toolbox.store.for_name("Victor") == []
 
 
+def test_the_only_service_the_caller_named_is_theirs_even_where_the_grammar_forced_it():
+    """Asked for a name, "Sean, thanks." after "a beard trim": a model that meant another service could only
+    write the one the caller named, and that one is what they asked for. With two named in the call, it may not
+    be: the agent asks."""
+    def booked(earlier: str) -> list:
+        booking = format_tool_call("book_appointment", {"name": "Sean", "day": "wednesday", "time": "10:30",
+                                                        "service": "beard trim"})
+        agent, engine = _agent([booking, "You're all set, Sean."])
+        engine.tokenizer = _Chars()
+        generate = engine.generate
+
+        def with_shares(messages, **kwargs):
+            gen = generate(messages, **kwargs)
+            gen.ids = [ord(c) for c in gen.text]
+            gen.shares = _forced(gen.text, "beard trim") if gen.text == booking else [1.0] * len(gen.text)
+            return gen
+        engine.generate = with_shares
+        agent.messages = [{"role": "user", "content": earlier},
+                          {"role": "assistant", "content": "Can I have your name, please?"}]
+        agent.respond("Sean, thanks.")
+        return [a.service for a in agent.toolbox.store.for_name("Sean")]
+
+    assert booked("A beard trim on Wednesday at 10:30.") == ["beard trim"]
+    assert booked("A haircut, or a beard trim? Wednesday at 10:30.") == []
+
+
 def test_a_call_whose_details_were_all_said_runs():
     booking = format_tool_call("book_appointment", {"name": "Ana", "day": "tomorrow", "time": "15:00",
                                                     "service": "haircut"})
