@@ -144,6 +144,20 @@ def _forced(text: str, value: str, share: float = 0.004) -> list[float]:
     return [share if i == at else 1.0 for i in range(len(text))]
 
 
+def _forcing(engine, call: str, value: str) -> None:
+    """Make the fake `engine` say its shares per character (`_Chars`), `value` forced where it writes `call`
+    (`_forced`) and every other token the model's own choice."""
+    engine.tokenizer = _Chars()
+    generate = engine.generate
+
+    def with_shares(messages, **kwargs):
+        gen = generate(messages, **kwargs)
+        gen.ids = [ord(c) for c in gen.text]
+        gen.shares = _forced(gen.text, value) if gen.text == call else [1.0] * len(gen.text)
+        return gen
+    engine.generate = with_shares
+
+
 def _below(text: str, shares: list[float]) -> list[set[str]]:
     least = free_shares(text, list(range(len(text))), shares, SCHEMAS)
     return [{k for k, share in call.items() if share < UNMEANT_SHARE} for call in least]
@@ -179,15 +193,7 @@ def test_a_service_the_grammar_forced_on_the_model_is_asked_for_not_booked():
                                                     "service": "please"})
     question = "Sure, what service would you like?"
     agent, engine = _agent([booking, question])
-    engine.tokenizer = _Chars()
-    generate = engine.generate
-
-    def with_shares(messages, **kwargs):
-        gen = generate(messages, **kwargs)
-        gen.ids = [ord(c) for c in gen.text]
-        gen.shares = _forced(gen.text, "please") if gen.text == booking else [1.0] * len(gen.text)
-        return gen
-    engine.generate = with_shares
+    _forcing(engine, booking, "please")
     turn = agent.respond("Hi. This is Victor calling. I want to make a booking Wednesday at 10:30 a.m. please.")
     assert turn.tool_calls == [] and turn.reply == question
     assert agent.messages[1]["content"] == format_tool_call("book_appointment", {
@@ -204,15 +210,7 @@ def test_the_only_service_the_caller_named_is_theirs_even_where_the_grammar_forc
         booking = format_tool_call("book_appointment", {"name": "Sean", "day": "wednesday", "time": "10:30",
                                                         "service": "beard trim"})
         agent, engine = _agent([booking, "You're all set, Sean."])
-        engine.tokenizer = _Chars()
-        generate = engine.generate
-
-        def with_shares(messages, **kwargs):
-            gen = generate(messages, **kwargs)
-            gen.ids = [ord(c) for c in gen.text]
-            gen.shares = _forced(gen.text, "beard trim") if gen.text == booking else [1.0] * len(gen.text)
-            return gen
-        engine.generate = with_shares
+        _forcing(engine, booking, "beard trim")
         agent.messages = [{"role": "user", "content": earlier},
                           {"role": "assistant", "content": "Can I have your name, please?"}]
         agent.respond("Sean, thanks.")
