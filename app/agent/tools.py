@@ -288,12 +288,10 @@ class Toolbox:
             return {"services": _join([s.name for s in p.services])}
         if topic == "prices":
             if service:
-                return self._service_info(self._service(service))
+                s = self._service(service)
+                return {"service": s.name, "price": p.price_text(s), "duration": f"{s.duration_min} minutes"}
             return {"prices": _join([f"{s.name} {p.price_text(s)}" for s in p.services])}
         raise Refusal(f"I can tell you about {_join(list(TOPICS))}, not {topic!r}.")
-
-    def _service_info(self, s: Service) -> dict:
-        return {"service": s.name, "price": self.profile.price_text(s), "duration": f"{s.duration_min} minutes"}
 
     def _week_hours_text(self) -> str:
         """'Tuesday to Wednesday 9:00 AM to 6:00 PM, ...; closed Sunday and Monday': days with equal hours grouped."""
