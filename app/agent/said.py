@@ -174,30 +174,27 @@ class Said:
         """{name: the forms (`service_forms`) by which the texts name it} for those of the profile's services
         `names` they name somewhere other than inside a longer form of another one: "an eye exam for my daughter"
         (an optician's alias of its kids eye exam) names the kids eye exam, not the eye exam as well."""
-        services = [(name, self.profile.service(name)) for name in names] if self.profile is not None else []
-        spans = [(i, start, start + len(form), name, text_form)
-                 for name, service in services if service is not None
+        wanted = {service.name for service in map(self.profile.service, names) if service is not None} \
+            if self.profile is not None else set()
+        if not wanted:
+            return {}
+        spans = [(i, start, start + len(form), service.name, text_form)
+                 for service in self.profile.services
                  for text_form in (service.name, *service.aliases) for form in [_words(text_form)] if form
                  for i, (words, roots) in enumerate(zip(self.words, self.roots))
                  for start in _phrase_starts(words, form, roots)]
-        wanted = {name for name, service in services if service is not None}
-        heads = {word: service.name for word, service in _heads(self.profile).items() if service.name in wanted} \
-            if wanted else {}
-        spans += [(i, start, start + 1, heads[word], heads[word])
-                  for i, words in enumerate(self.words) if not self._names_any(i)   # by no name or alias
+        by_name = {i for i, *_ in spans}   # the texts that name a service by its name or an alias
+        heads = _heads(self.profile)
+        spans += [(i, start, start + 1, heads[word].name, heads[word].name)
+                  for i, words in enumerate(self.words) if i not in by_name
                   for start, word in enumerate(words) if word in heads]
         named: dict[str, list[str]] = {}
         for i, a, b, name, form in spans:
             inside = any(j == i and other != name and c <= a and b <= d and d - c > b - a
                          for j, c, d, other, _ in spans)
-            if not inside and form not in named.setdefault(name, []):
+            if name in wanted and not inside and form not in named.setdefault(name, []):
                 named[name].append(form)
         return named
-
-    def _names_any(self, i: int) -> bool:
-        """Whether text i names one of the profile's services by its name or an alias."""
-        return any(_phrase_starts(self.words[i], _words(form), self.roots[i])
-                   for s in self.profile.services for form in (s.name, *s.aliases))
 
     def service_forms(self, value: str) -> list[str]:
         """The forms of the profile's service `value` (its name, then its aliases) that the texts say: ["cavity"] of
