@@ -12,6 +12,8 @@ import sqlite3
 from datetime import date, datetime, time, timedelta
 from typing import Callable
 
+from num2words import num2words
+
 from app.agent.profile import WEEKDAYS, Profile, Service
 from app.agent.said import CLOCK_PATTERN, SAID, lacking, named_service
 from app.agent.store import Appointment, Store, UnwrittenStore
@@ -69,6 +71,16 @@ def time_text(t: time) -> str:
 def date_text(d: date) -> str:
     """'Friday, December 4'."""
     return f"{d.strftime('%A')}, {d.strftime('%B')} {d.day}"
+
+
+def day_of_month_text(d: date) -> str:
+    """'Saturday the 5th': a date in a form of its own, for a result that also holds a date_text.
+
+    NOTE: with tomorrow's date as 'Saturday, December 5' beside today's 'Friday, December 4', the shipped adapter
+    (never trained on two such dates in one result) read "what's the date today?" as 'Friday, December 5' on 2 of 7
+    dates (6 of 21 date and time questions); with this form, 21 of 21 right, and tomorrow's weekday said as often
+    (6 of 14 tomorrow questions; 0 without it). 2026-12-05."""
+    return f"{d.strftime('%A')} the {num2words(d.day, to='ordinal_num')}"
 
 
 def when_text(start: datetime) -> str:
@@ -365,7 +377,7 @@ class Toolbox:
     def _current_datetime(self) -> dict:
         now = self.now()  # tomorrow's date too: callers ask it, and a reply should not have to count days
         return {"date": date_text(now.date()), "time": time_text(now.time()),
-                "tomorrow": date_text(now.date() + timedelta(days=1))}
+                "tomorrow": day_of_month_text(now.date() + timedelta(days=1))}
 
     def _transfer_to_human(self) -> dict:
         return {"action": "transfer_to_human"}

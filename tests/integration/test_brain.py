@@ -64,6 +64,16 @@ def test_hours_come_from_the_tool(brain):
     assert "9" in turn.reply or "nine" in turn.reply.lower()
 
 
+@pytest.mark.parametrize("now", [datetime(2026, 12, 4, 14, 15), datetime(2026, 12, 13, 16, 15)])
+def test_todays_date_is_read_as_today_not_tomorrow(brain, now):
+    # the date tool gives tomorrow's date too; written as today's was ("Saturday, December 5"), the brain said
+    # "It's 2:15 PM on Friday, December 5" on these dates
+    turn = agent_for(brain, now=now).respond("what's the date today?")
+    assert [name for name, _ in calls(turn)] == ["current_datetime"]
+    assert f"{now:%A}, {now:%B} {now.day}" in turn.reply
+    assert f"{now:%B} {now.day + 1}" not in turn.reply
+
+
 def test_a_booking_with_every_detail_is_booked_and_read_back(brain):
     agent = agent_for(brain)
     turn = agent.respond("Hi, I'd like to book a haircut tomorrow at 3 pm. My name is Sofía Ramírez.")

@@ -139,7 +139,7 @@ def test_days_resolve_in_the_profile_timezone():
     # 03:00 UTC on Wednesday is still Tuesday 22:00 in New York
     late = Toolbox(profile, open_store(":memory:"), now=lambda: datetime(2026, 12, 2, 3, 0, tzinfo=timezone.utc))
     assert late.call("current_datetime", {}) == {"ok": True, "date": "Tuesday, December 1", "time": "10:00 PM",
-                                                     "tomorrow": "Wednesday, December 2"}
+                                                     "tomorrow": "Wednesday the 2nd"}
     assert late.call("check_availability", {"day": "tomorrow"})["day"] == "Wednesday, December 2"
     today = date(2026, 12, 1)  # a Tuesday
     assert resolve_day("tuesday", today) == today  # today counts as the next Tuesday
