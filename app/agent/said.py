@@ -14,6 +14,8 @@ means depends only on the value's form, never on a list of words:
   "teeth cleaning": `_roots`), a single word only as it is ("fill me in" says no filling); and, in a message
   that names no service so, by the last word of its name when no other service's name ends so or is that word
   ("a coloring" says the hair coloring: `_heads`);
+- the day "today" also when a message names a part of it ("tonight", "this afternoon", "right now":
+  app.agent.spoken_times.says_today);
 - anything else is said when all its words are, accents, case and plural or possessive endings aside ("Sofia
   Ramirez" for "Sofía Ramírez", "saturday" for "Saturdays").
 """
@@ -23,7 +25,7 @@ from functools import lru_cache
 
 import snowballstemmer
 
-from app.agent.spoken_times import times_in
+from app.agent.spoken_times import says_today, times_in
 
 SAID = "x-said"  # the schema keyword: this argument must have been said in the conversation
 CLOCK_PATTERN = "^[0-2][0-9]:[0-5][0-9]$"  # a schema's "pattern" for a clock time, HH:MM on a 24-hour clock
@@ -168,6 +170,8 @@ class Said:
         if self.profile is not None and self.profile.service(value) is not None:
             return bool(self.service_forms(value))
         wanted = set(_words(value))
+        if wanted == {"today"} and "today" not in self.vocabulary:
+            return any(says_today(text) for text in self.texts)
         return bool(wanted) and wanted <= self.vocabulary
 
     def services_named(self, names) -> dict[str, list[str]]:

@@ -133,6 +133,14 @@ def _part_of_day(words: list[str], i: int) -> str | None:
     return None
 
 
+def says_today(text: str) -> bool:
+    """Whether `text` names today by a part of it: "tonight", "this afternoon" (morning, evening), "right now"."""
+    words = _words(text)
+    pairs = set(zip(words, words[1:]))
+    return "tonight" in words or ("right", "now") in pairs or \
+        any(("this", part) in pairs for part in ("morning", "afternoon", "evening"))
+
+
 def times_in(text: str, open_at=None, clock_only: bool = False) -> set[str]:
     """Every "HH:MM" (24-hour) that a time in `text` may mean. open_at(datetime.time) -> bool: of a morning and an
     afternoon reading ("quarter to four"), the one the business is open at, when it is open at just one.

@@ -74,6 +74,14 @@ def test_todays_date_is_read_as_today_not_tomorrow(brain, now):
     assert f"{now:%B} {now.day + 1}" not in turn.reply
 
 
+def test_a_part_of_today_asks_about_today(brain):
+    # "this afternoon" names no day in so many words: the model's day "today" was dropped as unsaid, and the caller
+    # heard "I'm sorry, I can't help with that."
+    turn = agent_for(brain, now=datetime(2026, 12, 8, 10, 20)).respond("do you have anything this afternoon?")  # a Tuesday
+    assert calls(turn) == [("check_availability", {"day": "today"})]
+    assert "December 8" in turn.reply
+
+
 def test_a_booking_with_every_detail_is_booked_and_read_back(brain):
     agent = agent_for(brain)
     turn = agent.respond("Hi, I'd like to book a haircut tomorrow at 3 pm. My name is Sofía Ramírez.")

@@ -244,6 +244,16 @@ def test_plural_and_possessive_forms_say_the_word():
     assert is_said("Ross", ["I am Ross"]) and not is_said("Rose", ["I am Ross"])
 
 
+def test_today_is_said_by_a_part_of_it():
+    # "do you have anything this afternoon?": the model wrote check_availability(day=today), which was dropped as
+    # unsaid, and the caller heard "I'm sorry, I can't help with that."
+    for text in ("do you have anything this afternoon?", "how late are you open tonight?", "can I come in right now?",
+                 "This evening, if you can.", "today please"):
+        assert is_said("today", [text]), text
+    for text in ("I was there this week", "I came in the afternoon", "now what about Friday?", "tomorrow night"):
+        assert not is_said("today", [text]), text
+
+
 def test_a_service_is_named_last_by_its_name_or_an_alias_in_the_latest_words_only():
     refused = [{"role": "user", "content": "Can I book eyelash extensions?"},
                {"role": "assistant", "content": "I'm sorry. We don't offer eyelash extensions."}]
