@@ -17,7 +17,8 @@ means depends only on the value's form, never on a list of words:
 - the day "today" also when a message names a part of it ("tonight", "this afternoon", "right now":
   app.agent.spoken_times.says_today);
 - anything else is said when all its words are, accents, case and plural or possessive endings aside ("Sofia
-  Ramirez" for "Sofía Ramírez", "saturday" for "Saturdays").
+  Ramirez" for "Sofía Ramírez", "saturday" for "Saturdays"); but a name (or any free value) made only of words
+  another argument of the tool takes as its values is that argument's, not a name ("Thursday": `other_values`).
 """
 import re
 import unicodedata
@@ -250,9 +251,21 @@ def settle(name: str, arguments: dict, schemas: list[dict], messages: list[dict]
     schema = next((s for s in schemas if s["name"] == name), None)
     if schema is None:
         return arguments, []
-    unsaid_keys = set(unsaid(name, arguments, schemas, messages, profile))
+    unsaid_keys = set(unsaid(name, arguments, schemas, messages, profile)) | set(other_values(schema, arguments))
     kept = {k: v for k, v in arguments.items() if k not in unsaid_keys}
     return kept, lacking(schema, kept)
+
+
+def other_values(schema: dict, arguments: dict) -> list[str]:
+    """The free arguments (`is_free`) of a call whose value is made only of words that another argument of the tool
+    takes as its values: a booking's name "Thursday" is the day's (its enum), said, but not as a name. ("1:30 then",
+    asked for a time after "a beard trim on Thursday", was booked under the name Thursday.)"""
+    properties = schema["parameters"].get("properties", {})
+    others = set().union(*(value_words(v) for spec in properties.values() for v in spec.get("enum", ())
+                           if isinstance(v, str)))
+    return [key for key, value in arguments.items()
+            if is_free(properties.get(key, {})) and isinstance(value, str) and value_words(value)
+            and value_words(value) <= others]
 
 
 def invented(name: str, arguments: dict, kept: dict, schemas: list[dict]) -> bool:

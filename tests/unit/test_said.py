@@ -8,7 +8,7 @@ from app.agent.meant import UNMEANT_SHARE, free_shares
 from app.agent.options import AgentOptions
 from app.agent.profile import load_profile
 from app.agent.protocol import format_tool_call
-from app.agent.said import Said, is_said, named_service, names_last, unsaid
+from app.agent.said import Said, is_said, named_service, names_last, settle, unsaid
 from app.agent.store import open_store
 from app.agent.tools import SCHEMAS, Toolbox
 from tests.fakes import FakeEngine
@@ -128,6 +128,21 @@ def test_a_call_with_one_detail_said_still_asks_for_the_rest():
     turn = agent.respond("okay and uh, a beard trim?")
     assert turn.reply == "What day would you like to come in?"
     assert json.loads(agent.messages[2]["content"])["result"]["missing"] == ["day", "time", "name"]
+
+
+def test_a_name_made_of_a_day_is_the_days_not_a_name_the_agent_asks_for_one():
+    booking = format_tool_call("book_appointment", {"name": "Thursday", "day": "thursday", "time": "13:30",
+                                                    "service": "beard trim"})
+    agent, _ = _agent(["What time on Thursday works for you?", booking, "Can I have your name, please?"])
+    agent.respond("can I get a beard trim on Thursday?")
+    turn = agent.respond("1:30 then")
+    assert turn.tool_calls == [] and turn.reply == "Can I have your name, please?"
+    assert json.loads(agent.messages[-2]["content"])["result"]["missing"] == ["name"]
+    # a name that holds a day's word beside others is a name
+    kept, missing = settle("book_appointment", {"name": "Sunday Rose", "day": "friday", "time": "10:00",
+                                                "service": "haircut"}, SCHEMAS,
+                           [{"role": "user", "content": "Friday at 10 for a haircut, I'm Sunday Rose"}], PROFILE)
+    assert kept["name"] == "Sunday Rose" and missing == []
 
 
 class _Chars:
