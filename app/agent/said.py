@@ -18,7 +18,8 @@ means depends only on the value's form, never on a list of words:
   app.agent.spoken_times.says_today);
 - anything else is said when all its words are, accents, case and plural or possessive endings aside ("Sofia
   Ramirez" for "Sofía Ramírez", "saturday" for "Saturdays"); but a name (or any free value) made only of words
-  another argument of the tool takes as its values is that argument's, not a name ("Thursday": `other_values`).
+  another argument of the tool takes as its values is that argument's, not a name ("Thursday": `other_values`),
+  and one that begins with a possessive ("my daughter": `possessed`) says who, not their name.
 """
 import re
 import unicodedata
@@ -251,7 +252,8 @@ def settle(name: str, arguments: dict, schemas: list[dict], messages: list[dict]
     schema = next((s for s in schemas if s["name"] == name), None)
     if schema is None:
         return arguments, []
-    unsaid_keys = set(unsaid(name, arguments, schemas, messages, profile)) | set(other_values(schema, arguments))
+    unsaid_keys = set(unsaid(name, arguments, schemas, messages, profile)) | set(other_values(schema, arguments)) | \
+        set(possessed(schema, arguments))
     kept = {k: v for k, v in arguments.items() if k not in unsaid_keys}
     return kept, lacking(schema, kept)
 
@@ -266,6 +268,19 @@ def other_values(schema: dict, arguments: dict) -> list[str]:
     return [key for key, value in arguments.items()
             if is_free(properties.get(key, {})) and isinstance(value, str) and value_words(value)
             and value_words(value) <= others]
+
+
+_POSSESSIVES = frozenset({"my", "our", "your", "his", "her", "their"})  # English's possessive determiners
+
+
+def possessed(schema: dict, arguments: dict) -> list[str]:
+    """The free arguments (`is_free`) of a call whose value begins with a possessive determiner: "my daughter" says
+    who, not their name. ("I'd like to book for my daughter, a kids haircut saturday at 10" was booked under the
+    name "my daughter", and her own name, given next, found the slot taken by it.)"""
+    properties = schema["parameters"].get("properties", {})
+    return [key for key, value in arguments.items()
+            if is_free(properties.get(key, {})) and isinstance(value, str)
+            and (_SENTENCE_WORDS.findall(fold(value)) or [""])[0] in _POSSESSIVES]
 
 
 def invented(name: str, arguments: dict, kept: dict, schemas: list[dict]) -> bool:

@@ -82,6 +82,16 @@ def test_a_part_of_today_asks_about_today(brain):
     assert "December 8" in turn.reply
 
 
+def test_a_booking_for_someone_named_by_who_they_are_asks_for_their_name(brain):
+    agent = agent_for(brain, now=datetime(2026, 12, 8, 10, 20))
+    first = agent.respond("hi I'd like to book for my daughter, a kids haircut saturday at 10")
+    assert first.tool_calls == [] and "name" in first.reply.lower()   # not booked under "my daughter"
+    second = agent.respond("her name is Mia Chen")
+    assert calls(second) == [("book_appointment", {"name": "Mia Chen", "day": "saturday", "time": "10:00",
+                                                   "service": "kids haircut"})]
+    assert second.tool_calls[0].result["ok"]
+
+
 def test_a_booking_with_every_detail_is_booked_and_read_back(brain):
     agent = agent_for(brain)
     turn = agent.respond("Hi, I'd like to book a haircut tomorrow at 3 pm. My name is Sofía Ramírez.")

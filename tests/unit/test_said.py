@@ -145,6 +145,19 @@ def test_a_name_made_of_a_day_is_the_days_not_a_name_the_agent_asks_for_one():
     assert kept["name"] == "Sunday Rose" and missing == []
 
 
+def test_a_name_that_begins_with_a_possessive_says_who_not_their_name():
+    booking = format_tool_call("book_appointment", {"name": "my daughter", "day": "saturday", "time": "10:00",
+                                                    "service": "kids haircut"})
+    agent, _ = _agent([booking, "Can I have your name, please?"])
+    turn = agent.respond("hi I'd like to book for my daughter, a kids haircut saturday at 10")
+    assert turn.tool_calls == [] and turn.reply == "Can I have your name, please?"
+    assert json.loads(agent.messages[-2]["content"])["result"]["missing"] == ["name"]
+    said = [{"role": "user", "content": "for My Son and for Myra Hill, Saturday at 10, a kids haircut"}]
+    for name, kept in (("My Son", False), ("Myra Hill", True)):
+        arguments = {"name": name, "day": "saturday", "time": "10:00", "service": "kids haircut"}
+        assert ("name" in settle("book_appointment", arguments, SCHEMAS, said, PROFILE)[0]) == kept, name
+
+
 class _Chars:
     """A tokenizer of one token per character, for generations that say how much each token's grammar allowed."""
     @staticmethod
