@@ -2,7 +2,7 @@
 import sqlite3
 import threading
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -84,18 +84,28 @@ class Store:
                 (name.strip(), service, start.strftime("%Y-%m-%dT%H:%M"), duration_min))
         return Appointment(cur.lastrowid, name.strip(), service, start, duration_min)
 
-    def check_free(self, start: datetime, duration_min: int) -> None:
-        """Raises ValueError if a booking there would overlap another (add's check, outside a write)."""
-        with self._lock:
-            self._check_free(start, duration_min)
+    def move(self, appointment: Appointment, start: datetime) -> Appointment:
+        """Give a booking another start unless it would overlap another booking (its own old time aside); returns
+        it. Raises ValueError on overlap."""
+        with self._writing():
+            self._check_free(start, appointment.duration_min, appointment.id)
+            self._conn.execute("UPDATE appointments SET start = ? WHERE id = ?",
+                               (start.strftime("%Y-%m-%dT%H:%M"), appointment.id))
+        return replace(appointment, start=start)
 
-    def _check_free(self, start: datetime, duration_min: int) -> None:
-        day = self._conn.execute("SELECT start, duration_min FROM appointments WHERE start LIKE ?",
+    def check_free(self, start: datetime, duration_min: int, moving: int | None = None) -> None:
+        """Raises ValueError if a booking there would overlap another (add's check, outside a write); `moving`: the
+        id of a booking that would leave its place for it."""
+        with self._lock:
+            self._check_free(start, duration_min, moving)
+
+    def _check_free(self, start: datetime, duration_min: int, moving: int | None = None) -> None:
+        day = self._conn.execute("SELECT id, start, duration_min FROM appointments WHERE start LIKE ?",
                                  (f"{start.date().isoformat()}T%",)).fetchall()
         end = start + timedelta(minutes=duration_min)
-        for other_start, other_min in day:
+        for other_id, other_start, other_min in day:
             s = datetime.fromisoformat(other_start)
-            if s < end and start < s + timedelta(minutes=other_min):
+            if other_id != moving and s < end and start < s + timedelta(minutes=other_min):
                 raise ValueError("overlaps an existing appointment")
 
     def remove(self, appointment_id: int) -> None:
@@ -108,8 +118,8 @@ class Store:
 
 
 class UnwrittenStore:
-    """A Store for previews (app.agent.tools.Toolbox.preview): reads go to the store, a booking is checked as `add`
-    checks it but not made, and a removal is not made."""
+    """A Store for previews (app.agent.tools.Toolbox.preview): reads go to the store, a booking or a move is checked
+    as `add` and `move` check it but not made, and a removal is not made."""
 
     def __init__(self, store: Store):
         self._store = store
@@ -118,6 +128,10 @@ class UnwrittenStore:
     def add(self, name: str, service: str, start: datetime, duration_min: int) -> Appointment:
         self._store.check_free(start, duration_min)
         return Appointment(0, name.strip(), service, start, duration_min)
+
+    def move(self, appointment: Appointment, start: datetime) -> Appointment:
+        self._store.check_free(start, appointment.duration_min, appointment.id)
+        return replace(appointment, start=start)
 
     def remove(self, appointment_id: int) -> None:
         pass

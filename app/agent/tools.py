@@ -343,11 +343,18 @@ class Toolbox:
         return _join([time_text(t.time()) for t in sorted(free)]) if free else ""
 
     def _book_appointment(self, name: str, day: str, time: str, service: str) -> dict:
+        """A booking; one that names the service a caller already has that day, under the same name, at another
+        time moves it there ("actually can you make that 3 instead?" after a haircut booked at 2 had left both), and
+        one at the same time is the booking they have."""
         s = self._service(service)
         start = datetime.combine(self._day(day), parse_time(time))
         self._check_slot(start, s.duration_min)
+        same = [a for a in self._upcoming(name) if a.service == s.name and a.start.date() == start.date()]
         try:
-            self.store.add(name, s.name, start, s.duration_min)
+            if len(same) == 1 and same[0].start != start:
+                self.store.move(same[0], start)
+            elif not any(a.start == start for a in same):
+                self.store.add(name, s.name, start, s.duration_min)
         except ValueError:
             nearest = self._nearest_text(start, s.duration_min)
             raise Refusal(f"{when_text(start)} is already taken. The nearest free times are {nearest}." if nearest

@@ -92,6 +92,14 @@ def test_a_booking_for_someone_named_by_who_they_are_asks_for_their_name(brain):
     assert second.tool_calls[0].result["ok"]
 
 
+def test_a_changed_time_moves_the_booking_made_before_it(brain):
+    agent = agent_for(brain, now=datetime(2026, 12, 8, 10, 20))
+    assert agent.respond("book a haircut thursday at 2, I'm Omar Haddad").tool_calls[0].result["ok"]
+    turn = agent.respond("actually can you make that 3 instead?")
+    assert "3:00 PM" in turn.reply
+    assert [(a.name, a.start) for a in agent.toolbox.store.all()] == [("Omar Haddad", datetime(2026, 12, 10, 15, 0))]
+
+
 def test_a_booking_with_every_detail_is_booked_and_read_back(brain):
     agent = agent_for(brain)
     turn = agent.respond("Hi, I'd like to book a haircut tomorrow at 3 pm. My name is Sofía Ramírez.")

@@ -47,6 +47,28 @@ def test_double_booking_is_refused_with_nearest_free_times(toolbox):
     assert len(toolbox.store.on_date(date(2026, 12, 4))) == 2
 
 
+def test_a_service_booked_again_that_day_under_the_same_name_moves_there(toolbox):
+    # "book a haircut thursday at 2, I'm Omar Haddad", then "actually can you make that 3 instead?" left both
+    assert book(toolbox, time="14:00")["ok"]
+    moved = book(toolbox, name="maria", time="14:30")       # overlaps only its own old time
+    assert moved == {"ok": True, "name": "maria", "service": "haircut", "when": "Friday, December 4 at 2:30 PM",
+                     "price": "$35"}
+    assert [(a.name, a.start.time()) for a in toolbox.store.all()] == [("Maria", time(14, 30))]
+    assert book(toolbox, time="14:30")["ok"] and len(toolbox.store.all()) == 1   # the same again: the one they have
+    # a time taken by someone else: refused as any booking is, and the first stays where it was
+    assert book(toolbox, name="Tom", time="16:00")["ok"]
+    assert not book(toolbox, time="16:00")["ok"]
+    assert {(a.name, a.start.time()) for a in toolbox.store.all()} == {("Maria", time(14, 30)), ("Tom", time(16, 0))}
+    # a preview says the move and makes none
+    assert toolbox.preview("book_appointment", {"name": "Maria", "day": "friday", "time": "11:00",
+                                                "service": "haircut"})["when"] == "Friday, December 4 at 11:00 AM"
+    assert {a.start.time() for a in toolbox.store.all()} == {time(14, 30), time(16, 0)}
+    # another service, or another day, is another booking
+    assert book(toolbox, time="11:00", service="beard trim")["ok"]
+    assert book(toolbox, day="saturday", time="11:00")["ok"]
+    assert len(toolbox.store.for_name("Maria")) == 3
+
+
 def test_a_preview_says_what_a_call_would_and_changes_nothing(toolbox):
     booking = {"name": "Maria", "day": "friday", "time": "15:30", "service": "haircut"}
     previewed = toolbox.preview("book_appointment", booking)
