@@ -252,8 +252,8 @@ def settle(name: str, arguments: dict, schemas: list[dict], messages: list[dict]
     schema = next((s for s in schemas if s["name"] == name), None)
     if schema is None:
         return arguments, []
-    unsaid_keys = set(unsaid(name, arguments, schemas, messages, profile)) | set(other_values(schema, arguments)) | \
-        set(possessed(schema, arguments))
+    unsaid_keys = {*unsaid(name, arguments, schemas, messages, profile), *other_values(schema, arguments),
+                   *possessed(schema, arguments)}
     kept = {k: v for k, v in arguments.items() if k not in unsaid_keys}
     return kept, lacking(schema, kept)
 
@@ -265,9 +265,7 @@ def other_values(schema: dict, arguments: dict) -> list[str]:
     properties = schema["parameters"].get("properties", {})
     others = set().union(*(value_words(v) for spec in properties.values() for v in spec.get("enum", ())
                            if isinstance(v, str)))
-    return [key for key, value in arguments.items()
-            if is_free(properties.get(key, {})) and isinstance(value, str) and value_words(value)
-            and value_words(value) <= others]
+    return [key for key, value in _free_values(schema, arguments) if value_words(value) <= others]
 
 
 _POSSESSIVES = frozenset({"my", "our", "your", "his", "her", "their"})  # English's possessive determiners
@@ -277,10 +275,15 @@ def possessed(schema: dict, arguments: dict) -> list[str]:
     """The free arguments (`is_free`) of a call whose value begins with a possessive determiner: "my daughter" says
     who, not their name. ("I'd like to book for my daughter, a kids haircut saturday at 10" was booked under the
     name "my daughter", and her own name, given next, found the slot taken by it.)"""
+    return [key for key, value in _free_values(schema, arguments)
+            if _SENTENCE_WORDS.findall(fold(value))[0] in _POSSESSIVES]
+
+
+def _free_values(schema: dict, arguments: dict) -> list[tuple[str, str]]:
+    """(key, value) of a call's free arguments (`is_free`) that hold a word."""
     properties = schema["parameters"].get("properties", {})
-    return [key for key, value in arguments.items()
-            if is_free(properties.get(key, {})) and isinstance(value, str)
-            and (_SENTENCE_WORDS.findall(fold(value)) or [""])[0] in _POSSESSIVES]
+    return [(key, value) for key, value in arguments.items()
+            if is_free(properties.get(key, {})) and isinstance(value, str) and _SENTENCE_WORDS.search(fold(value))]
 
 
 def invented(name: str, arguments: dict, kept: dict, schemas: list[dict]) -> bool:
