@@ -5,10 +5,13 @@ Audio out: 20 ms frames pulled from session.playback at 8 kHz, paced by the wall
 a `mark` follows the last frame of each reply chunk and Twilio echoes it once the caller heard that audio,
 so only heard chunks reach the history (Session confirm_marks mode). Barge-in sends `clear`.
 
+The voice webhook that connects a call to this stream, and the action URL that dials a transfer, are
+app.transports.twilio_webhooks (this module's router includes theirs).
+
 Transfers: with PARLEY_TRANSFER_TO (a number or a SIP URI), the voice webhook's `<Connect>` names an action URL
-(AFTER_PATH); once the caller has heard the agent say it will transfer them, Parley ends the stream, Twilio asks
-that URL what follows, and it answers `<Dial>` to that number (any other call that ends: `<Hangup/>`). Without it,
-Parley keeps the call open and an integrator's hook may move it.
+(twilio_webhooks.AFTER_PATH); once the caller has heard the agent say it will transfer them, Parley ends the
+stream, Twilio asks that URL what follows, and it answers `<Dial>` to that number (any other call that ends:
+`<Hangup/>`). Without it, Parley keeps the call open and an integrator's hook may move it.
 
 Integrators: `set_call_event_hook(app, hook)` receives every call's events, among them
 {"type": "control", "action": "transfer_to_human"} once the agent has told the caller it will transfer them
@@ -18,32 +21,30 @@ in the TwiML (or `<Hangup/>` from the action URL), Twilio ends the call.
 """
 import asyncio
 import logging
-from collections import Counter, OrderedDict
-from dataclasses import dataclass, field
+from collections import Counter
+from dataclasses import dataclass
 from typing import Awaitable, Callable
-from urllib.parse import parse_qsl, quote
 
 import soxr
-from fastapi import APIRouter, FastAPI, Request, WebSocket
-from fastapi.responses import PlainTextResponse, Response
+from fastapi import APIRouter, FastAPI, WebSocket
 from starlette.websockets import WebSocketDisconnect, WebSocketState
 
 from app.pipeline.session import Session, SessionOptions
 from app.server.auth import TOKEN_PARAMETER, token_matches
-from app.server.request_body import read_limited
 from app.transports import twilio_wire as wire
+from app.transports import twilio_webhooks as webhooks
 from app.transports.base import PacingClock, SocketCall, no_room, refuse_handshake
+from app.transports.twilio_webhooks import (STREAM_PATH, TelephonyStats, Transfers, count_refusal, signed_url,
+                                            telephony_stats, transfers)
 from app.transports.twilio_wire import TWILIO_FRAME_MS, TWILIO_FRAME_SAMPLES, TWILIO_RATE_HZ, ProtocolError, StreamStart
 from speech.audio import SAMPLE_RATE_HZ, mulaw_to_pcm, pcm_to_mulaw
 
 log = logging.getLogger(__name__)
 
-STREAM_PATH = "/telephony/twilio"
-VOICE_PATH = "/telephony/twilio/voice"
-AFTER_PATH = "/telephony/twilio/after"       # the <Connect> action: what a call does once its stream has ended
 CLOSE_NORMAL, CLOSE_UNSUPPORTED, CLOSE_POLICY, CLOSE_TOO_BIG, CLOSE_ERROR, CLOSE_TRY_LATER = 1000, 1003, 1008, 1009, 1011, 1013
 
 router = APIRouter()
+router.include_router(webhooks.router)
 
 
 @dataclass(frozen=True)
@@ -58,136 +59,9 @@ class CallInfo:
 CallEventHook = Callable[[CallInfo, dict], Awaitable[None]]
 
 
-@dataclass
-class TelephonyStats:
-    """Process-wide counters: streams accepted, connections refused and messages ignored, by reason."""
-    calls: int = 0
-    warned_unsigned: bool = False         # the "no auth token" warning is logged once per process
-    refused: Counter = field(default_factory=Counter)
-    ignored: Counter = field(default_factory=Counter)
-
-
-def telephony_stats(app: FastAPI) -> TelephonyStats:
-    if getattr(app.state, "telephony_stats", None) is None:
-        app.state.telephony_stats = TelephonyStats()
-    return app.state.telephony_stats
-
-
-class Transfers:
-    """Calls the agent is handing to a person: marked as their stream is ended, taken when Twilio asks what
-    follows it (AFTER_PATH). At most `limit` are remembered: a call Twilio never asks about is forgotten."""
-
-    def __init__(self, target: str, limit: int = 1000):
-        self.target = target                      # twilio_wire.dial_target's
-        self.limit = limit
-        self._calls: OrderedDict[str, None] = OrderedDict()
-
-    def mark(self, call_sid: str) -> None:
-        self._calls[call_sid] = None
-        while len(self._calls) > self.limit:
-            self._calls.popitem(last=False)
-
-    def take(self, call_sid: str) -> bool:
-        """Whether `call_sid` was marked (once: a second ask hangs up)."""
-        return self._calls.pop(call_sid, False) is None
-
-
-def transfers(app: FastAPI) -> Transfers | None:
-    """The app's pending transfers; None without a transfer number (PARLEY_TRANSFER_TO)."""
-    target = app.state.settings.transfer_to
-    if target is None:
-        return None
-    if getattr(app.state, "transfers", None) is None:
-        app.state.transfers = Transfers(wire.dial_target(target))
-    return app.state.transfers
-
-
 def set_call_event_hook(app: FastAPI, hook: CallEventHook | None) -> None:
     """`await hook(call, event)` for each call's events: transcript, reply, tool, metrics, error, dtmf, control."""
     app.state.telephony_event_hook = hook
-
-
-# --- HTTP: the voice webhook --------------------------------------------------------------------------------
-
-
-@router.post(VOICE_PATH)
-async def twilio_voice(request: Request) -> Response:
-    """The call's webhook: TwiML connecting it to our Media Streams endpoint."""
-    settings = request.app.state.settings
-    params = await _twilio_form(request)
-    if isinstance(params, Response):
-        return params
-    host = settings.public_host or request.headers.get("host")
-    if not host:
-        return _refuse(request.app, 400, "no public host: set PARLEY_PUBLIC_HOST (or send a Host header)")
-    if (refused := no_room(request.app.state)) is not None:
-        # no session for this call now: the caller hears why (Twilio says it), not a stream refused in silence
-        _count_refusal(request.app, refused[0])
-        log.info("twilio call refused: %s", refused[1])
-        return Response(wire.busy_twiml(settings.busy_message), media_type="text/xml")
-    # with PARLEY_AUTH_TOKEN, the stream carries it as a <Parameter> (Twilio takes no query string there), and
-    # the action URL in its query
-    parameters = {TOKEN_PARAMETER: settings.auth_token} if settings.auth_token else None
-    action = None
-    if transfers(request.app) is not None:
-        query = f"?{TOKEN_PARAMETER}={quote(settings.auth_token, safe='')}" if settings.auth_token else ""
-        action = f"https://{host}{AFTER_PATH}{query}"
-    twiml = wire.connect_stream_twiml(f"wss://{host}{STREAM_PATH}", parameters, action)
-    return Response(twiml, media_type="text/xml")
-
-
-@router.post(AFTER_PATH)
-async def twilio_after(request: Request) -> Response:
-    """The <Connect> action, asked once a call's stream has ended: `<Dial>` the transfer number for a call the
-    agent is transferring, `<Hangup/>` for any other."""
-    params = await _twilio_form(request)
-    if isinstance(params, Response):
-        return params
-    call_sid = dict(params).get("CallSid", "")
-    pending = transfers(request.app)
-    if pending is not None and call_sid and pending.take(call_sid):
-        log.info("twilio call %s transferred to %s", call_sid, pending.target)
-        return Response(wire.dial_twiml(pending.target), media_type="text/xml")
-    return Response(wire.hangup_twiml(), media_type="text/xml")
-
-
-async def _twilio_form(request: Request) -> list[tuple[str, str]] | Response:
-    """A webhook's form parameters, its signature checked when PARLEY_TWILIO_AUTH_TOKEN is set; or the 4xx
-    response refusing it."""
-    settings = request.app.state.settings
-    body = await read_limited(request, wire.MAX_MESSAGE_BYTES)
-    if body is None:
-        return _refuse(request.app, 413, f"body too large: the limit is {wire.MAX_MESSAGE_BYTES} bytes")
-    try:
-        params = parse_qsl(body.decode("utf-8"), keep_blank_values=True)
-    except UnicodeDecodeError:
-        return _refuse(request.app, 400, "body is not UTF-8 form data")
-    if settings.twilio_auth_token:
-        url = _signed_url(request, settings.public_host, "https")
-        signature = request.headers.get(wire.SIGNATURE_HEADER)
-        if not wire.signature_valid(settings.twilio_auth_token, signature, url, params):
-            return _refuse(request.app, 403, f"missing or wrong {wire.SIGNATURE_HEADER}")
-    return params
-
-
-def _signed_url(connection, public_host: str | None, scheme: str) -> str:
-    """The URL Twilio signed: our public host when configured, else the one this server saw, with Twilio's scheme."""
-    url = connection.url
-    if public_host:
-        return str(url.replace(scheme=scheme, netloc=public_host))
-    return str(url.replace(scheme="wss")) if scheme == "wss" else str(url)
-
-
-def _count_refusal(app: FastAPI, kind: str) -> None:
-    """A refused webhook or stream, in the telephony counters and the server's metrics."""
-    telephony_stats(app).refused[kind] += 1
-    app.state.metrics.refuse(TwilioCall.TRANSPORT, kind)
-
-
-def _refuse(app: FastAPI, status: int, reason: str) -> PlainTextResponse:
-    _count_refusal(app, f"voice_{status}")
-    log.info("twilio webhook refused (%d): %s", status, reason)
-    return PlainTextResponse(reason, status_code=status)
 
 
 # --- WebSocket: the media stream ----------------------------------------------------------------------------
@@ -199,7 +73,7 @@ async def twilio_stream(websocket: WebSocket) -> None:
     state = websocket.app.state
     settings, stats = state.settings, telephony_stats(websocket.app)
     if settings.twilio_auth_token:
-        url = _signed_url(websocket, settings.public_host, "wss")
+        url = signed_url(websocket, settings.public_host, "wss")
         if not wire.signature_valid(settings.twilio_auth_token, websocket.headers.get(wire.SIGNATURE_HEADER), url):
             await _deny(websocket, 403, "signature", f"missing or wrong {wire.SIGNATURE_HEADER}")
             return
@@ -223,7 +97,7 @@ async def twilio_stream(websocket: WebSocket) -> None:
 
 
 async def _deny(websocket: WebSocket, status: int, kind: str, reason: str) -> None:
-    _count_refusal(websocket.app, kind)
+    count_refusal(websocket.app, kind)
     log.info("twilio stream refused (%d): %s", status, reason)
     await refuse_handshake(websocket, status, reason)
 
@@ -231,7 +105,7 @@ async def _deny(websocket: WebSocket, status: int, kind: str, reason: str) -> No
 class TwilioCall(SocketCall):
     """One phone call: Twilio's audio into a Session, the agent's audio back at real-time pace."""
 
-    TRANSPORT = "twilio"
+    TRANSPORT = webhooks.TRANSPORT
 
     def __init__(self, websocket: WebSocket, services, *, on_closed: Callable[["TwilioCall"], None],
                  stats: TelephonyStats, metrics, on_event: CallEventHook | None = None, token: str | None = None,
@@ -403,7 +277,7 @@ class TwilioCall(SocketCall):
         if action == "end_call":
             self.close_soon("the agent ended the call")
         elif action == "transfer_to_human" and self.transfers is not None and self.info.call_sid:
-            self.transfers.mark(self.info.call_sid)   # Twilio asks AFTER_PATH what follows, and dials
+            self.transfers.mark(self.info.call_sid)   # Twilio asks the action URL what follows, and dials
             self.close_soon("the agent transferred the call")
 
     async def _emit(self, event: dict) -> None:

@@ -20,7 +20,8 @@ from app.pipeline.session import Session
 from app.server.app import create_app
 from app.settings import Settings
 from app.transports import twilio_wire as twilio
-from app.transports.twilio import set_call_event_hook, telephony_stats
+from app.transports.twilio import set_call_event_hook
+from app.transports.twilio_webhooks import telephony_stats
 from speech.audio import SAMPLE_RATE_HZ, resample
 from tests.fakes import FakeEngine, FakeToolbox, last_user
 from tests.prom import sample

@@ -19,7 +19,7 @@ from app.loadtest.twilio_caller import wait_until
 from app.pipeline.services import Services
 from app.server.app import create_app
 from app.settings import Settings
-from app.transports.twilio import telephony_stats
+from app.transports.twilio_webhooks import telephony_stats
 from speech.audio import pcm_to_mulaw
 from tests.fakes import FakeEngine, FakeToolbox
 from tests.rtc_helpers import serve_in_thread

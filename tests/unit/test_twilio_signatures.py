@@ -13,7 +13,7 @@ from app.pipeline.session import Session
 from app.server.app import create_app
 from app.settings import Settings
 from app.transports import twilio_wire as twilio
-from app.transports.twilio import telephony_stats, transfers
+from app.transports.twilio_webhooks import telephony_stats, transfers
 from tests.fakes import FakeEngine, FakeToolbox
 from tests.rtc_helpers import serve_in_thread
 
