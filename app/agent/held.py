@@ -5,8 +5,8 @@ fullest form the caller gave it (`fullest`). What "said" means is app.agent.said
 import json
 import re
 
-from app.agent.said import (CLOCK_PATTERN, SAID, WRITTEN_WORD, Said, conversation_text, fold, is_free, latest_user,
-                            latest_words, spoken_reply, stem)
+from app.agent.said import (CLOCK_PATTERN, SAID, WRITTEN_WORD, Said, conversation_text, fold, holds, is_free,
+                            latest_user, latest_words, name_words, spoken_reply, stem)
 from app.agent.spoken_times import times_in
 
 _SENTENCE_START = re.compile(r"(?:^|[.?!]\s+)$")
@@ -45,12 +45,18 @@ def callers_own_runs(messages: list[dict]) -> list[tuple[int, list[str]]]:
 
 def fullest(name: str, arguments: dict, schemas: list[dict], messages: list[dict]) -> dict:
     """The call's arguments with each free x-said string that gives no `examples` (a name) in the fullest form the
-    caller's latest message says it: a value that is a whole run of the caller's own words there becomes the
-    longer run that holds it, when every word of that run is written capitalized, as a name is. People give a
-    surname and then the whole name: for "García. Lucía García." the model wrote "García", and the caller was
-    booked, then looked up, under half of it. A run that adds a word not written as a name ("Rose is fine"), a
-    value that is only part of a run, or a longer run that does not hold the value ("Ahmed. My wife Leila Haddad")
-    leave the value as written."""
+    conversation gives it:
+
+    - a value that is a whole run of the caller's own words in their latest message becomes the longer run there
+      that holds it, when every word of that run is written capitalized, as a name is. People give a surname and
+      then the whole name: for "García. Lucía García." the model wrote "García", and the caller was booked, then
+      looked up, under half of it. A run that adds a word not written as a name ("Rose is fine"), a value that is
+      only part of a run, or a longer run that does not hold the value ("Ahmed. My wife Leila Haddad") leave the
+      value as written;
+    - a value whose words are a part of the one value a tool's result gave for the same argument in this call
+      (`known`: the name a lookup found the caller booked under) becomes that value. After "you have a haircut on
+      Thursday" for a lookup of "Haddad" that found Ahmed Haddad, "can I change it to 4?" was booked under
+      "Haddad", beside the haircut it meant to move."""
     schema = next((s for s in schemas if s["name"] == name), None)
     last_index = latest_user(messages)
     if schema is None or last_index < 0:
@@ -63,17 +69,35 @@ def fullest(name: str, arguments: dict, schemas: list[dict], messages: list[dict
         if not isinstance(value, str) or not is_free(spec) or spec.get("examples"):
             continue
         words = WRITTEN_WORD.findall(value)
-        if words not in runs:
-            continue
         holding = [run for run in runs if len(run) > len(words) and all(w[0].isupper() for w in run)
                    and any(run[i:i + len(words)] == words for i in range(len(run) - len(words) + 1))]
-        if holding:
+        if words in runs and holding:
             longest = max(holding, key=len)
             written = re.search(r"(?<![^\W_])" + r"[\s-]+".join(map(re.escape, longest)) + r"(?![^\W_])",
                                 messages[last_index]["content"])
             if written is not None:
                 out[key] = written.group()
+        part = name_words(out[key])
+        longer = {name_words(v): v for v in known(messages, key) if len(name_words(v)) > len(part)}
+        longer = [v for words_of, v in longer.items() if part and holds(words_of, part)]
+        if len(longer) == 1:
+            out[key] = longer[0]
     return out
+
+
+def known(messages: list[dict], key: str) -> list[str]:
+    """The string values that tools' successful results in `messages` gave for `key`, in order."""
+    values = []
+    for m in messages:
+        if m["role"] != "tool":
+            continue
+        try:
+            result = json.loads(m["content"]).get("result", {})
+        except (ValueError, AttributeError):
+            continue
+        if isinstance(result, dict) and result.get("ok", True) and isinstance(result.get(key), str):
+            values.append(result[key])
+    return values
 
 
 def _run_pattern(run: list[str]) -> str:
@@ -183,6 +207,29 @@ def asked_for(messages: list[dict], schemas: list[dict], own: list[tuple[int, li
     return {}
 
 
+def about_a_person(messages: list[dict], schemas: list[dict]) -> list[str]:
+    """The texts of the results in `messages` of calls about a person: of tools that take a name (a free x-said
+    string with no examples, enum or pattern), such as a lookup of the caller's bookings; a result's values, not
+    its keys (a bike shop's tune-up is also "service"). What such a result names (a haircut on Thursday) is theirs,
+    as what they said is; a result about the business (its prices) names what it offers."""
+    about = {s["name"] for s in schemas
+             if any(spec.get(SAID) and is_free(spec) and not spec.get("examples")
+                    for spec in s["parameters"].get("properties", {}).values())}
+    texts = []
+    for m in messages:
+        if m["role"] != "tool":
+            continue
+        try:
+            content = json.loads(m["content"])
+        except ValueError:
+            continue
+        result = content.get("result") if isinstance(content, dict) and content.get("name") in about else None
+        if isinstance(result, dict):
+            texts += [v for value in result.values() for v in (value if isinstance(value, list) else [value])
+                      if isinstance(v, str)]
+    return texts
+
+
 def held(schemas: list[dict], messages: list[dict], profile=None) -> list[dict]:
     """The schemas as the reply grammar holds a call to them, for `messages`:
     - a required x-said argument may be left out: the caller may not have said it yet, and a call that lacks it
@@ -215,7 +262,10 @@ def held(schemas: list[dict], messages: list[dict], profile=None) -> list[dict]:
     - any other x-said string without a pattern of its own (a name, a service) is made of words the caller said
       (`words_pattern`, `callers_own_runs`): the model picks the caller's words ("Noah Smith"), never a name of
       its own ("Owen Smith", which `settle` would drop, leaving the call to ask for the name again), nor a word
-      of the agent's own replies ("got" from "you've got"), nor a word the caller only repeated ("you")."""
+      of the agent's own replies ("got" from "you've got"), nor a word the caller only repeated ("you").
+    A service "named before" is one the caller named, or one a result about them named (`about_a_person`): after
+    "you have a haircut on Thursday", "can I change it to 4?" had the model, which meant the haircut, forced to
+    "have", and the caller was asked what service they wanted."""
     said = Said(conversation_text(messages), profile)
     open_at = getattr(profile, "open_at", None)
     heard = sorted(latest(messages, lambda text: times_in(text, open_at)) or said.times)
@@ -225,6 +275,7 @@ def held(schemas: list[dict], messages: list[dict], profile=None) -> list[dict]:
     asked = asked_for(messages, schemas, own, said_last, times_last)
     said_callers = Said([m["content"] for m in messages if m["role"] == "user"], profile)
     free = words_pattern(said_callers, [run for _, run in own])
+    theirs = Said(said_callers.texts + about_a_person(messages, schemas), profile)
     last_index = latest_user(messages)
     runs_last = [run for i, run in own if i == last_index]
     enums: dict[tuple, list[str]] = {}  # the days of every tool that takes one are held alike
@@ -255,7 +306,7 @@ def held(schemas: list[dict], messages: list[dict], profile=None) -> list[dict]:
                 continue
             elif "examples" in spec and (named := services_pattern(said_last, spec["examples"])):
                 spec["pattern"] = named  # a service the business offers, named last: one of those
-            elif "examples" in spec and (named := services_pattern(said_callers, spec["examples"], runs_last)):
+            elif "examples" in spec and (named := services_pattern(theirs, spec["examples"], runs_last)):
                 spec["pattern"] = named  # named before: one of those, or another the latest words name
             elif free:
                 spec["pattern"] = free

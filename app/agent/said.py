@@ -42,6 +42,22 @@ def fold(text: str) -> str:
     return "".join(c for c in text if not unicodedata.combining(c))
 
 
+def name_words(name: str) -> tuple[str, ...]:
+    """A name's words as names are compared: lower case, accents dropped ("García Lopez" -> ("garcia", "lopez")); a
+    recognizer writes a name with or without its accents."""
+    return tuple(WRITTEN_WORD.findall(fold(name)))
+
+
+def holds(name: tuple[str, ...], part: tuple[str, ...]) -> bool:
+    """Whether a name's words (`name_words`) hold every one of `part`'s, each as often as it is there."""
+    left = list(name)
+    for word in part:
+        if word not in left:
+            return False
+        left.remove(word)
+    return True
+
+
 def stem(word: str) -> str:
     """A word less a plural or possessive ending, so that "Saturdays" says "saturday" and "kid's cut" says "kids
     cut"; both sides of a comparison are read the same way."""

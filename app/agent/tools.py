@@ -15,7 +15,7 @@ from typing import Callable
 from num2words import num2words
 
 from app.agent.profile import WEEKDAYS, Profile, Service
-from app.agent.said import CLOCK_PATTERN, SAID, lacking, named_service
+from app.agent.said import CLOCK_PATTERN, SAID, holds, lacking, name_words, named_service
 from app.agent.store import Appointment, Store, UnwrittenStore
 
 log = logging.getLogger(__name__)
@@ -343,43 +343,68 @@ class Toolbox:
         return _join([time_text(t.time()) for t in sorted(free)]) if free else ""
 
     def _book_appointment(self, name: str, day: str, time: str, service: str) -> dict:
-        """A booking; one that names the service a caller already has that day, under the same name, at another
-        time moves it there ("actually can you make that 3 instead?" after a haircut booked at 2 had left both), and
-        one at the same time is the booking they have."""
+        """A booking; one that names the service a caller already has that day, under the same name (case and
+        accents aside), at another time moves it there ("actually can you make that 3 instead?" after a haircut
+        booked at 2 had left both), and one at the same time is the booking they have."""
         s = self._service(service)
         start = datetime.combine(self._day(day), parse_time(time))
         self._check_slot(start, s.duration_min)
-        same = [a for a in self._upcoming(name) if a.service == s.name and a.start.date() == start.date()]
+        booked, found = self._booked(name, whole=True)
+        same = [a for a in found if a.service == s.name and a.start.date() == start.date()]
         try:
             if len(same) == 1 and same[0].start != start:
                 self.store.move(same[0], start)
             elif not any(a.start == start for a in same):
                 self.store.add(name, s.name, start, s.duration_min)
+                booked = name.strip()
         except ValueError:
             nearest = self._nearest_text(start, s.duration_min)
             raise Refusal(f"{when_text(start)} is already taken. The nearest free times are {nearest}." if nearest
                           else f"{when_text(start)} is already taken, and that day is fully booked.") from None
-        return {"name": name.strip(), "service": s.name, "when": when_text(start), "price": self.profile.price_text(s)}
+        return {"name": booked, "service": s.name, "when": when_text(start), "price": self.profile.price_text(s)}
 
-    def _upcoming(self, name: str) -> list[Appointment]:
-        return self.store.for_name(name, since=self.now())
+    def _booked(self, name: str, whole: bool = False) -> tuple[str, list[Appointment]]:
+        """The upcoming appointments of the person `name` means, and the name they were booked under: the one
+        booked under that very name (case and accents aside: "garcia" is "García"), else, unless `whole`, the one
+        person whose booked name holds every word of it. A caller gives a part of their name as often as all of it
+        ("what appointments do I have? Ahmed Haddad" had the model look up "Haddad", and find nothing). Several
+        people holding those words -> Refusal that asks for the whole name (nobody hears another's bookings).
+        A change (a cancellation, a move) takes the whole name: "Ahmed" may be another Ahmed."""
+        words = name_words(name)
+        people: dict[tuple, list[Appointment]] = {}
+        for a in self._upcoming():
+            people.setdefault(name_words(a.name), []).append(a)
+        found = people.get(words, [])
+        if not found and not whole and words:
+            holding = [found for booked, found in people.items() if holds(booked, words)]
+            if len(holding) > 1:
+                raise Refusal(f"More than one person is booked under {name.strip()}. What is the whole name?")
+            found = holding[0] if holding else []
+        return (found[0].name if found else name.strip()), found
 
     def _cancel_appointment(self, name: str, day: str | None = None) -> dict:
-        found = self._upcoming(name)
+        name, found = self._booked(name, whole=True)
+        if not found and any(holds(name_words(a.name), name_words(name)) for a in self._upcoming()):
+            raise Refusal(f"No appointment is booked under {name} alone. What is the whole name?")
         if day:
             d = self._day(day)
             found = [a for a in found if a.start.date() == d]
         if not found:
             on = f" on {self._day(day).strftime('%A')}" if day else ""
-            raise Refusal(f"There is no appointment under {name.strip()}{on}.")
+            raise Refusal(f"There is no appointment under {name}{on}.")
         if len(found) > 1:
-            raise Refusal(f"{name.strip()} has {len(found)} appointments: "
-                          f"{_join([_appointment_text(a) for a in found])}.")
+            raise Refusal(f"{name} has {len(found)} appointments: {_join([_appointment_text(a) for a in found])}.")
         self.store.remove(found[0].id)
-        return {"name": name.strip(), "cancelled": _appointment_text(found[0])}
+        return {"name": name, "cancelled": _appointment_text(found[0])}
 
     def _list_appointments(self, name: str) -> dict:
-        return {"name": name.strip(), "appointments": [_appointment_text(a) for a in self._upcoming(name)]}
+        name, found = self._booked(name)
+        return {"name": name, "appointments": [_appointment_text(a) for a in found]}
+
+    def _upcoming(self) -> list[Appointment]:
+        """Every appointment from now on, by start time."""
+        now = self.now()
+        return [a for a in self.store.all() if a.start >= now]
 
     def _current_datetime(self) -> dict:
         now = self.now()  # tomorrow's date too: callers ask it, and a reply should not have to count days

@@ -100,6 +100,19 @@ def test_a_changed_time_moves_the_booking_made_before_it(brain):
     assert [(a.name, a.start) for a in agent.toolbox.store.all()] == [("Omar Haddad", datetime(2026, 12, 10, 15, 0))]
 
 
+def test_a_caller_looked_up_by_part_of_their_name_moves_the_booking_found(brain):
+    # a new call: "what appointments do I have? Ahmed Haddad" was looked up as "Haddad" and found nothing, then
+    # "can I change it to 4?" booked a second haircut under "Haddad"
+    agent = agent_for(brain, now=datetime(2026, 12, 8, 10, 20))
+    agent.toolbox.store.add("Ahmed Haddad", "haircut", datetime(2026, 12, 10, 14, 0), 30)
+    turn = agent.respond("what appointments do I have? Ahmed Haddad")
+    assert turn.tool_calls[0].result["appointments"] == ["haircut on Thursday, December 10 at 2:00 PM"]
+    assert "2:00 PM" in turn.reply
+    turn = agent.respond("can I change it to 4?")
+    assert "4:00 PM" in turn.reply
+    assert [(a.name, a.start) for a in agent.toolbox.store.all()] == [("Ahmed Haddad", datetime(2026, 12, 10, 16, 0))]
+
+
 def test_a_booking_with_every_detail_is_booked_and_read_back(brain):
     agent = agent_for(brain)
     turn = agent.respond("Hi, I'd like to book a haircut tomorrow at 3 pm. My name is Sofía Ramírez.")

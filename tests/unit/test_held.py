@@ -1,8 +1,10 @@
 """The reply grammar's hold on x-said arguments (app.agent.held): each held to what the conversation said, and a
 name called in the fullest form the caller gave it."""
+import re
+
 from app.agent.held import fullest, held
 from app.agent.profile import load_profile
-from app.agent.protocol import format_tool_call
+from app.agent.protocol import format_tool_call, tool_message
 from app.agent.schema_grammar import ReplyGrammar
 from app.agent.store import open_store
 from app.agent.tools import SCHEMAS, Toolbox
@@ -296,3 +298,44 @@ def test_a_name_is_not_lengthened_past_what_the_caller_wrote_as_a_name():
     assert _booked_by("Rose. Rose, fine", name="Rose") == "Rose"                     # "fine" is no name
     assert _booked_by("Tom Baker please", name="Tom") == "Tom"                       # part of a run, not a run
     assert _booked_by("Dana Reyes.", "uh, Reyes. yes", name="Reyes") == "Reyes"      # the latest message only
+
+
+def test_a_part_of_the_name_a_lookup_found_calls_the_whole_name():
+    # "what appointments do I have? Ahmed Haddad" was looked up as "Haddad", found under Ahmed Haddad; then
+    # "can I change it to 4?" was booked under "Haddad", beside the haircut it meant to move
+    found = {"ok": True, "name": "Ahmed Haddad", "appointments": ["haircut on Thursday, December 10 at 2:00 PM"]}
+    messages = [{"role": "user", "content": "what appointments do I have? Ahmed Haddad"},
+                {"role": "assistant", "content": format_tool_call("list_appointments", {"name": "Haddad"})},
+                tool_message("list_appointments", found),
+                {"role": "assistant", "content": "You have a haircut on Thursday, December 10 at 2:00 PM."},
+                {"role": "user", "content": "can I change it to 4?"}]
+    args = {"name": "Haddad", "day": "thursday", "time": "16:00", "service": "haircut"}
+    assert fullest("book_appointment", args, SCHEMAS, messages)["name"] == "Ahmed Haddad"
+    assert fullest("book_appointment", args | {"name": "haddad"}, SCHEMAS, messages)["name"] == "Ahmed Haddad"
+    # another name, a refused lookup, or two names the part could be, stay as written
+    assert fullest("book_appointment", args | {"name": "Leila"}, SCHEMAS, messages)["name"] == "Leila"
+    refused = tool_message("list_appointments", {"ok": False, "error": "There is no appointment under Ahmed Haddad."})
+    assert fullest("book_appointment", args, SCHEMAS, [messages[0], refused, messages[-1]])["name"] == "Haddad"
+    other = tool_message("book_appointment", {"ok": True, "name": "Leila Haddad", "service": "haircut",
+                                              "when": "Thursday, December 10 at 2:30 PM", "price": "$35"})
+    assert fullest("book_appointment", args, SCHEMAS, messages[:3] + [other] + messages[3:])["name"] == "Haddad"
+
+
+def test_a_service_a_lookup_of_the_caller_found_is_theirs_to_book_again():
+    # after "you have a haircut on Thursday", "can I change it to 4?" had the model, which meant the haircut,
+    # forced to "have"; a result about the business (its prices) names no service of the caller's
+    def service_pattern(result_of: str, result: dict) -> str | None:
+        messages = [{"role": "user", "content": "what appointments do I have? Ahmed Haddad"},
+                    {"role": "assistant", "content": format_tool_call(result_of, {"name": "Ahmed Haddad"})},
+                    tool_message(result_of, result),
+                    {"role": "assistant", "content": "Okay."},
+                    {"role": "user", "content": "can I change it to 4?"}]
+        schema = next(s for s in held(Toolbox(PROFILE, open_store(":memory:")).schemas(), messages, PROFILE)
+                      if s["name"] == "book_appointment")
+        return schema["parameters"]["properties"]["service"].get("pattern")
+
+    found = {"ok": True, "name": "Ahmed Haddad", "appointments": ["haircut on Thursday, December 10 at 2:00 PM"]}
+    assert re.match(service_pattern("list_appointments", found), "haircut")
+    assert not re.match(service_pattern("list_appointments", found), "beard trim")
+    prices = {"ok": True, "prices": "haircut $35, kids haircut $20, beard trim $15"}
+    assert not re.match(service_pattern("business_info", prices) or "^$", "haircut")

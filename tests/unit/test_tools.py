@@ -51,8 +51,8 @@ def test_a_service_booked_again_that_day_under_the_same_name_moves_there(toolbox
     # "book a haircut thursday at 2, I'm Omar Haddad", then "actually can you make that 3 instead?" left both
     assert book(toolbox, time="14:00")["ok"]
     moved = book(toolbox, name="maria", time="14:30")       # overlaps only its own old time
-    assert moved == {"ok": True, "name": "maria", "service": "haircut", "when": "Friday, December 4 at 2:30 PM",
-                     "price": "$35"}
+    assert moved == {"ok": True, "name": "Maria", "service": "haircut", "when": "Friday, December 4 at 2:30 PM",
+                     "price": "$35"}                          # the name it is booked under
     assert [(a.name, a.start.time()) for a in toolbox.store.all()] == [("Maria", time(14, 30))]
     assert book(toolbox, time="14:30")["ok"] and len(toolbox.store.all()) == 1   # the same again: the one they have
     # a time taken by someone else: refused as any booking is, and the first stays where it was
@@ -67,6 +67,31 @@ def test_a_service_booked_again_that_day_under_the_same_name_moves_there(toolbox
     assert book(toolbox, time="11:00", service="beard trim")["ok"]
     assert book(toolbox, day="saturday", time="11:00")["ok"]
     assert len(toolbox.store.for_name("Maria")) == 3
+
+
+def test_a_caller_is_found_under_part_of_their_name_or_without_its_accents(toolbox):
+    # "what appointments do I have? Ahmed Haddad" had the model look up "Haddad", and find nothing
+    assert book(toolbox, name="Ahmed Haddad", time="14:00")["ok"]
+    assert book(toolbox, name="Lucía García", time="16:00")["ok"]
+    listed = toolbox.call("list_appointments", {"name": "haddad"})
+    assert listed == {"ok": True, "name": "Ahmed Haddad", "appointments": ["haircut on Friday, December 4 at 2:00 PM"]}
+    assert toolbox.call("list_appointments", {"name": "Lucia Garcia"})["name"] == "Lucía García"
+    assert toolbox.call("list_appointments", {"name": "Ahmed Haddad Smith"})["appointments"] == []  # a word too many
+    assert toolbox.call("list_appointments", {"name": "Ahmad"})["appointments"] == []              # another name
+    # a surname two people share: neither's bookings are told, the whole name is asked for
+    assert book(toolbox, name="Leila Haddad", time="15:00")["ok"]
+    refused = toolbox.call("list_appointments", {"name": "Haddad"})
+    assert refused == {"ok": False, "error": "More than one person is booked under Haddad. What is the whole name?"}
+    # a change takes the whole name: "Ahmed" may be another Ahmed
+    refused = toolbox.call("cancel_appointment", {"name": "Ahmed"})
+    assert refused == {"ok": False, "error": "No appointment is booked under Ahmed alone. What is the whole name?"}
+    assert book(toolbox, name="Ahmed", time="17:00")["name"] == "Ahmed"     # one more booking, Ahmed Haddad's stays
+    assert len(toolbox.store.all()) == 4
+    assert toolbox.call("cancel_appointment", {"name": "leila haddad"})["cancelled"] == \
+        "haircut on Friday, December 4 at 3:00 PM"
+    assert book(toolbox, name="Lucia Garcia", time="18:00")["name"] == "Lucía García"   # moved, accents aside
+    assert sorted((a.name, a.start.time()) for a in toolbox.store.all()) == [
+        ("Ahmed", time(17, 0)), ("Ahmed Haddad", time(14, 0)), ("Lucía García", time(18, 0))]
 
 
 def test_a_preview_says_what_a_call_would_and_changes_nothing(toolbox):
@@ -128,7 +153,7 @@ def test_cancel_one_then_ask_which_day_when_several(toolbox):
     several = toolbox.call("cancel_appointment", {"name": "Maria"})
     assert several["error"].startswith("Maria has 2 appointments: haircut on Friday, December 4 at 3:30 PM")
     done = toolbox.call("cancel_appointment", {"name": "maria", "day": "saturday"})
-    assert done == {"ok": True, "name": "maria", "cancelled": "haircut on Saturday, December 5 at 10:00 AM"}
+    assert done == {"ok": True, "name": "Maria", "cancelled": "haircut on Saturday, December 5 at 10:00 AM"}
     assert [a.start for a in toolbox.store.all()] == [datetime(2026, 12, 4, 15, 30)]
 
 
