@@ -17,8 +17,8 @@ import time
 
 from app.agent import schema_grammar
 from app.agent.protocol import TOOL_CALL_OPEN, TOOL_CALL_RE, compact, parse_tool_calls
-from app.agent.held import fullest, held, says_a_value
-from app.agent.said import Said, invented, is_free, names_last, rests_on, settle, value_words
+from app.agent.held import fullest, held, known, says_a_value
+from app.agent.said import Said, invented, is_free, name_words, names_last, rests_on, settle, value_words
 from app.agent.spoken_times import times_in
 
 log = logging.getLogger(__name__)
@@ -266,10 +266,12 @@ class CallCheck:
             values = {"enum", "pattern"} & spec.get(key, {}).keys()  # none: any words (a name, a service)
             if key in written or values and not says_a_value(spec[key], said, times):
                 continue  # written and dropped, or the caller said no value it may take: they have not given it
-            value, share = self._probe(messages, name, kept, key, schema, spent)
+            confirmed = {name_words(v) for v in known(messages, key)}
+            least = UNMEANT_SHARE if confirmed else PROBED_SHARE
+            value, share = self._probe(messages, name, kept, key, schema, spent, least)
             log.debug("probed %s of %s: %r (share %.4f)", key, name, value, share)
-            if value is None or share < PROBED_SHARE or any(value_words(value) <= value_words(v)
-                                                            for v in kept.values() if isinstance(v, str)):
+            if value is None or share < (UNMEANT_SHARE if name_words(value) in confirmed else PROBED_SHARE) or any(
+                    value_words(value) <= value_words(v) for v in kept.values() if isinstance(v, str)):
                 continue  # not meant, or a word the call already holds as another detail ("friday" as a name)
             candidate, lack = settle(name, {**kept, key: value}, schemas, messages, profile)
             if key in candidate:
@@ -277,10 +279,11 @@ class CallCheck:
         return kept, missing
 
     def _probe(self, messages: list[dict], name: str, arguments: dict, key: str, schema: dict,
-               spent: list | None) -> tuple[str | None, float]:
+               spent: list | None, least: float = PROBED_SHARE) -> tuple[str | None, float]:
         """The value the model writes for argument `key` of a call of tool `name` that begins with `arguments`
         (`probe_prefix`), under the reply grammar, and the least share of the model's probability
-        the grammar allowed over its tokens (`probed_value`); (None, 0.0) if it wrote none."""
+        the grammar allowed over its tokens (`probed_value`); (None, 0.0) if it wrote none. The probe stops at a
+        token written with less than `least` of it."""
         replies = self.reply_grammar(messages)
         if replies is None:
             return None, 0.0
@@ -300,7 +303,7 @@ class CallCheck:
         gen = self.engine.generate(messages, max_new_tokens=len(ids) + PROBE_TOKENS, block_length=1,
                                    threshold=self.options.threshold, use_cache="block", on_block=on_block,
                                    cancel=closed, matcher=matcher, draft_length=self.options.draft_length,
-                                   written=ids, least_share=PROBED_SHARE)  # an unmeant token ends it at once
+                                   written=ids, least_share=least)  # an unmeant token ends it at once
         if spent is not None:
             spent.append(gen)
         log.debug("a probe of %s wrote %r in %.0f ms", key, gen.text[start:], 1000 * gen.seconds)

@@ -269,7 +269,7 @@ def settle(name: str, arguments: dict, schemas: list[dict], messages: list[dict]
     if schema is None:
         return arguments, []
     unsaid_keys = {*unsaid(name, arguments, schemas, messages, profile), *other_values(schema, arguments),
-                   *possessed(schema, arguments)}
+                   *possessed(schema, arguments), *someone_else(schema, arguments, messages, profile)}
     kept = {k: v for k, v in arguments.items() if k not in unsaid_keys}
     return kept, lacking(schema, kept)
 
@@ -293,6 +293,32 @@ def possessed(schema: dict, arguments: dict) -> list[str]:
     name "my daughter", and her own name, given next, found the slot taken by it.)"""
     return [key for key, value in _free_values(schema, arguments)
             if _SENTENCE_WORDS.findall(fold(value))[0] in _POSSESSIVES]
+
+
+def someone_else(schema: dict, arguments: dict, messages: list[dict], profile=None) -> list[str]:
+    """The free arguments of a call that give no `examples` (a name) whose value the caller's latest message does not
+    say, when that message speaks of someone else: a possessive determiner before a word that names nothing of the
+    business's (its prompt's words, its services and their aliases): "my sister", "her brother", "my wife", but
+    not "my appointment" or "my haircut"; "his" and "their" whatever follows. "book a blow dry on Tuesday at 11,
+    Emma Lindqvist" then "my sister also wants a blow dry Tuesday at 11:30" had the model book the sister under
+    Emma's name, which moved Emma's own booking; the name is asked for instead."""
+    last = latest_words(messages)
+    words = _SENTENCE_WORDS.findall(fold(last))
+    if not _POSSESSIVES.intersection(words):
+        return []
+    texts = [m["content"].replace("_", " ") for m in messages if m["role"] == "system"]
+    if profile is not None:
+        texts += [profile.name, profile.address] + [" ".join([s.name, *s.aliases]) for s in profile.services]
+    business = set(_words(" ".join(texts)))
+    others = any(w in ("his", "their") or (w in _POSSESSIVES - {"your"} and i + 1 < len(words)
+                                           and stem(words[i + 1]) not in business)
+                 for i, w in enumerate(words))
+    if not others:
+        return []
+    properties = schema["parameters"].get("properties", {})
+    said_last = Said([last], profile)
+    return [key for key, value in _free_values(schema, arguments)
+            if not properties[key].get("examples") and not said_last.says(value)]
 
 
 def _free_values(schema: dict, arguments: dict) -> list[tuple[str, str]]:

@@ -350,7 +350,7 @@ class Toolbox:
         start = datetime.combine(self._day(day), parse_time(time))
         self._check_slot(start, s.duration_min)
         booked, found = self._booked(name, whole=True)
-        same = [a for a in found if a.service == s.name and a.start.date() == start.date()]
+        same = [a for a in found if a.service == s.name]
         try:
             if len(same) == 1 and same[0].start != start:
                 self.store.move(same[0], start)

@@ -7,7 +7,7 @@ import sqlite3
 import subprocess
 import sys
 import threading
-from datetime import datetime, timedelta
+from datetime import datetime, time, timedelta
 
 import pytest
 
@@ -111,6 +111,25 @@ def test_a_caller_looked_up_by_part_of_their_name_moves_the_booking_found(brain)
     turn = agent.respond("can I change it to 4?")
     assert "4:00 PM" in turn.reply
     assert [(a.name, a.start) for a in agent.toolbox.store.all()] == [("Ahmed Haddad", datetime(2026, 12, 10, 16, 0))]
+
+
+def test_a_booking_moved_to_another_day_leaves_one_booking(brain):
+    agent = agent_for(brain, now=datetime(2026, 12, 8, 10, 20))
+    assert agent.respond("book a haircut thursday at 2 for Omar Haddad").tool_calls[0].result["ok"]
+    turn = agent.respond("can you move my appointment to friday at 3?")
+    assert "3:00 PM" in turn.reply
+    assert [(a.name, a.start) for a in agent.toolbox.store.all()] == [("Omar Haddad", datetime(2026, 12, 11, 15, 0))]
+
+
+def test_a_booking_for_someone_else_asks_their_name(brain):
+    # the sister had been booked under the caller's name, which moved the caller's own booking
+    agent = agent_for(brain, now=datetime(2026, 12, 8, 10, 20))
+    assert agent.respond("book a blow dry on Tuesday at 11, Emma Lindqvist").tool_calls[0].result["ok"]
+    turn = agent.respond("my sister also wants a blow dry Tuesday at 11:30")
+    assert turn.tool_calls == [] and "name" in turn.reply
+    turn = agent.respond("Grace Kim")
+    assert [(a.name, a.start.time()) for a in agent.toolbox.store.all()] == [
+        ("Emma Lindqvist", time(11, 0)), ("Grace Kim", time(11, 30))]
 
 
 def test_a_booking_with_every_detail_is_booked_and_read_back(brain):

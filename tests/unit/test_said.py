@@ -291,3 +291,27 @@ def test_a_service_is_named_last_by_its_name_or_an_alias_in_the_latest_words_onl
     assert not names_last("blow dry", [{"role": "user", "content": "a blowout"},
                                        {"role": "user", "content": "Rohan. Thanks."}], PROFILE)
     assert not names_last("please", [{"role": "user", "content": "a perm please"}], PROFILE)  # no service
+
+
+def test_a_turn_that_speaks_of_someone_else_books_no_name_given_before_it():
+    # "book a blow dry on Tuesday at 11, Emma Lindqvist", then "my sister also wants a blow dry Tuesday at 11:30"
+    # had the model book the sister under Emma's name, which moved Emma's own booking
+    profile = load_profile(None)
+    schemas = Toolbox(profile, open_store(":memory:")).schemas()
+    system = {"role": "system", "content": "You answer phone calls. Tools: book_appointment(name, day, time, service)"}
+
+    def kept_name(latest: str, name: str = "Emma Lindqvist"):
+        messages = [system, {"role": "user", "content": "book a blow dry on Tuesday at 11, Emma Lindqvist"},
+                    {"role": "assistant", "content": "You're all set, Emma Lindqvist."},
+                    {"role": "user", "content": latest}]
+        kept, missing = settle("book_appointment", {"name": name, "day": "tuesday", "time": "11:00",
+                                                    "service": "blow dry"}, schemas, messages, profile)
+        return kept.get("name"), missing
+
+    assert kept_name("my sister also wants a blow dry Tuesday at 11") == (None, ["name"])
+    assert kept_name("and her brother too, at 11")[0] is None
+    assert kept_name("my sister Grace Kim wants one at 11", name="Grace Kim")[0] == "Grace Kim"  # said now
+    # the caller's own things are the business's words: their booking, their haircut
+    assert kept_name("can you move my appointment to tuesday at 11?")[0] == "Emma Lindqvist"
+    assert kept_name("actually make my blow dry 11 instead")[0] == "Emma Lindqvist"
+    assert kept_name("yes please, tuesday at 11")[0] == "Emma Lindqvist"
