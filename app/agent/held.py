@@ -5,7 +5,7 @@ fullest form the caller gave it (`fullest`). What "said" means is app.agent.said
 import json
 import re
 
-from app.agent.said import (CLOCK_PATTERN, SAID, WRITTEN_WORD, Said, conversation_text, fold, holds, is_free,
+from app.agent.said import (CLOCK_PATTERN, SAID, WRITTEN_WORD, Said, conversation_text, fold, holds, is_free, known,
                             latest_user, latest_words, name_words, spoken_reply, stem)
 from app.agent.spoken_times import times_in
 
@@ -83,21 +83,6 @@ def fullest(name: str, arguments: dict, schemas: list[dict], messages: list[dict
         if len(longer) == 1:
             out[key] = longer[0]
     return out
-
-
-def known(messages: list[dict], key: str) -> list[str]:
-    """The string values that tools' successful results in `messages` gave for `key`, in order."""
-    values = []
-    for m in messages:
-        if m["role"] != "tool":
-            continue
-        try:
-            result = json.loads(m["content"]).get("result", {})
-        except (ValueError, AttributeError):
-            continue
-        if isinstance(result, dict) and result.get("ok", True) and isinstance(result.get(key), str):
-            values.append(result[key])
-    return values
 
 
 def _run_pattern(run: list[str]) -> str:

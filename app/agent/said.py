@@ -21,6 +21,7 @@ means depends only on the value's form, never on a list of words:
   another argument of the tool takes as its values is that argument's, not a name ("Thursday": `other_values`),
   and one that begins with a possessive ("my daughter": `possessed`) says who, not their name.
 """
+import json
 import re
 import unicodedata
 from functools import lru_cache
@@ -295,13 +296,30 @@ def possessed(schema: dict, arguments: dict) -> list[str]:
             if _SENTENCE_WORDS.findall(fold(value))[0] in _POSSESSIVES]
 
 
+def known(messages: list[dict], key: str) -> list[str]:
+    """The string values that tools' successful results in `messages` gave for `key`, in order."""
+    values = []
+    for m in messages:
+        if m["role"] != "tool":
+            continue
+        try:
+            result = json.loads(m["content"]).get("result", {})
+        except (ValueError, AttributeError):
+            continue
+        if isinstance(result, dict) and result.get("ok", True) and isinstance(result.get(key), str):
+            values.append(result[key])
+    return values
+
+
 def someone_else(schema: dict, arguments: dict, messages: list[dict], profile=None) -> list[str]:
-    """The free arguments of a call that give no `examples` (a name) whose value the caller's latest message does not
-    say, when that message speaks of someone else: a possessive determiner before a word that names nothing of the
-    business's (its prompt's words, its services and their aliases): "my sister", "her brother", "my wife", but
-    not "my appointment" or "my haircut"; "his" and "their" whatever follows. "book a blow dry on Tuesday at 11,
-    Emma Lindqvist" then "my sister also wants a blow dry Tuesday at 11:30" had the model book the sister under
-    Emma's name, which moved Emma's own booking; the name is asked for instead."""
+    """The free arguments of a call that give no `examples` (a name) whose value is one a tool's result confirmed
+    in the call (`known`: the caller's booking, a lookup) and the caller's latest message does not say, when that
+    message speaks of someone else: a possessive determiner before a word that names nothing of the business's (its
+    prompt's words, its services and their aliases): "my sister", "her brother", "my wife", but not "my
+    appointment" or "my haircut"; "his" and "their" whatever follows. "book a blow dry on Tuesday at 11, Emma
+    Lindqvist" then "my sister also wants a blow dry Tuesday at 11:30" had the model book the sister under Emma's
+    name, which moved Emma's own booking; the name is asked for instead. The sister's own name, given in a turn
+    before ("10:30 for her is fine" after her booking was refused), stays hers."""
     last = latest_words(messages)
     words = _SENTENCE_WORDS.findall(fold(last))
     if not _POSSESSIVES.intersection(words):
@@ -318,7 +336,8 @@ def someone_else(schema: dict, arguments: dict, messages: list[dict], profile=No
     properties = schema["parameters"].get("properties", {})
     said_last = Said([last], profile)
     return [key for key, value in _free_values(schema, arguments)
-            if not properties[key].get("examples") and not said_last.says(value)]
+            if not properties[key].get("examples") and not said_last.says(value)
+            and name_words(value) in {name_words(v) for v in known(messages, key)}]
 
 
 def _free_values(schema: dict, arguments: dict) -> list[tuple[str, str]]:

@@ -7,7 +7,7 @@ from app.agent.loop import Agent
 from app.agent.meant import UNMEANT_SHARE, free_shares
 from app.agent.options import AgentOptions
 from app.agent.profile import load_profile
-from app.agent.protocol import format_tool_call
+from app.agent.protocol import format_tool_call, tool_message
 from app.agent.said import Said, is_said, named_service, names_last, settle, unsaid
 from app.agent.store import open_store
 from app.agent.tools import SCHEMAS, Toolbox
@@ -300,10 +300,13 @@ def test_a_turn_that_speaks_of_someone_else_books_no_name_given_before_it():
     schemas = Toolbox(profile, open_store(":memory:")).schemas()
     system = {"role": "system", "content": "You answer phone calls. Tools: book_appointment(name, day, time, service)"}
 
-    def kept_name(latest: str, name: str = "Emma Lindqvist"):
+    def kept_name(latest: str, name: str = "Emma Lindqvist", before: tuple = ()):
+        booked = {"ok": True, "name": "Emma Lindqvist", "service": "blow dry", "when": "Tuesday, December 8 at 11:00 AM"}
         messages = [system, {"role": "user", "content": "book a blow dry on Tuesday at 11, Emma Lindqvist"},
+                    {"role": "assistant", "content": format_tool_call("book_appointment", {"name": "Emma Lindqvist"})},
+                    tool_message("book_appointment", booked),
                     {"role": "assistant", "content": "You're all set, Emma Lindqvist."},
-                    {"role": "user", "content": latest}]
+                    *before, {"role": "user", "content": latest}]
         kept, missing = settle("book_appointment", {"name": name, "day": "tuesday", "time": "11:00",
                                                     "service": "blow dry"}, schemas, messages, profile)
         return kept.get("name"), missing
@@ -315,3 +318,9 @@ def test_a_turn_that_speaks_of_someone_else_books_no_name_given_before_it():
     assert kept_name("can you move my appointment to tuesday at 11?")[0] == "Emma Lindqvist"
     assert kept_name("actually make my blow dry 11 instead")[0] == "Emma Lindqvist"
     assert kept_name("yes please, tuesday at 11")[0] == "Emma Lindqvist"
+    # a name no result confirmed is not the caller's booking: "10:30 for her is fine" after her booking was
+    # refused books her under the name given for her
+    refused = [{"role": "user", "content": "also my wife, Leila Haddad, at the same slot"},
+               {"role": "assistant", "content": "Sorry, 11:00 AM is taken. The nearest free time is 11:30 AM."}]
+    assert kept_name("11:30 for her is fine", name="Leila Haddad", before=refused)[0] == "Leila Haddad"
+    assert kept_name("11:30 for her is fine", before=refused)[0] is None
