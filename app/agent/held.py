@@ -6,7 +6,7 @@ import json
 import re
 
 from app.agent.said import (CLOCK_PATTERN, SAID, WRITTEN_WORD, Said, conversation_text, fold, holds, is_free, known,
-                            latest_user, latest_words, name_words, spoken_reply, stem)
+                            latest_user, latest_words, name_words, spoken_reply, stem, value_words)
 from app.agent.spoken_times import times_in
 
 _SENTENCE_START = re.compile(r"(?:^|[.?!]\s+)$")
@@ -215,6 +215,27 @@ def about_a_person(messages: list[dict], schemas: list[dict]) -> list[str]:
     return texts
 
 
+def named_alone(key: str, properties: dict, said_last: Said) -> str | None:
+    """The one value of enum argument `key` that the caller's latest words (`said_last`) name, when they name one and
+    the words that name it name no value of another argument: "and the address?" after the phone number is the
+    address (the model, copying the call before, asked for the phone again), while a bike shop's "how much is a
+    service?" names its tune-up (an alias) as well as the topic "services", and is left to the model. None
+    otherwise."""
+    named = [v for v in properties[key]["enum"] if isinstance(v, str) and said_last.says(v)]
+    if len(named) != 1:
+        return None
+    words = value_words(named[0])
+    for other, spec in properties.items():
+        values = [v for v in (*spec.get("enum", ()), *spec.get("examples", ())) if isinstance(v, str)]
+        if other == key or not values:
+            continue
+        for value in values:
+            forms = said_last.service_forms(value) or ([value] if said_last.says(value) else [])
+            if any(words & value_words(form) for form in forms):
+                return None
+    return named[0]
+
+
 def held(schemas: list[dict], messages: list[dict], profile=None) -> list[dict]:
     """The schemas as the reply grammar holds a call to them, for `messages`:
     - a required x-said argument may be left out: the caller may not have said it yet, and a call that lacks it
@@ -274,7 +295,11 @@ def held(schemas: list[dict], messages: list[dict], profile=None) -> list[dict]:
         required += [k for k in said_now if k not in required]
         if required or "required" in params:
             params["required"] = required
-        for spec in properties.values():
+        for key, spec in properties.items():
+            if not spec.get(SAID) and spec.get("type") == "string" and "enum" in spec:
+                named = named_alone(key, properties, said_last)
+                if named is not None:
+                    spec["enum"] = [named]
             if not spec.get(SAID) or spec.get("type") != "string":
                 continue
             if spec.get("pattern") == CLOCK_PATTERN:

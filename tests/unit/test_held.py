@@ -339,3 +339,23 @@ def test_a_service_a_lookup_of_the_caller_found_is_theirs_to_book_again():
     assert not re.match(service_pattern("list_appointments", found), "beard trim")
     prices = {"ok": True, "prices": "haircut $35, kids haircut $20, beard trim $15"}
     assert not re.match(service_pattern("business_info", prices) or "^$", "haircut")
+
+
+def test_the_one_topic_the_callers_latest_words_name_is_the_topic():
+    # "and the address?" after the phone number: the model, copying the call before, asked for the phone again
+    def topics(said: str, profile=PROFILE) -> list[str]:
+        messages = [{"role": "user", "content": "what's your phone number?"},
+                    {"role": "assistant", "content": format_tool_call("business_info", {"topic": "phone"})},
+                    tool_message("business_info", {"ok": True, "phone": "555-0142"}),
+                    {"role": "assistant", "content": "Our phone number is 555-0142."},
+                    {"role": "user", "content": said}]
+        schemas = held(Toolbox(profile, open_store(":memory:")).schemas(), messages, profile)
+        return next(s for s in schemas if s["name"] == "business_info")["parameters"]["properties"]["topic"]["enum"]
+
+    assert topics("and the address?") == ["address"]
+    assert topics("ok, what are your hours on saturday?") == ["hours"]
+    assert len(topics("how much is a haircut?")) == 5          # no topic named: the model's choice
+    assert len(topics("your address and your hours?")) == 5    # two named
+    # a bike shop's "service" is its tune-up too: the words name a service, and the topic is the model's
+    bikes = load_profile("app/profiles/bike_repair.yaml")
+    assert len(topics("how much is a service?", bikes)) == 5
