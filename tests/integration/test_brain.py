@@ -132,6 +132,14 @@ def test_a_booking_for_someone_else_asks_their_name(brain):
         ("Emma Lindqvist", time(11, 0)), ("Grace Kim", time(11, 30))]
 
 
+def test_the_topic_the_caller_names_is_the_one_read(brain):
+    # "and the address?" after the phone number read the phone number again
+    agent = agent_for(brain)
+    assert "555-0142" in agent.respond("what's your phone number?").reply
+    turn = agent.respond("and the address?")
+    assert [c.arguments.get("topic") for c in turn.tool_calls] == ["address"] and "214 Maple Street" in turn.reply
+
+
 def test_a_booking_with_every_detail_is_booked_and_read_back(brain):
     agent = agent_for(brain)
     turn = agent.respond("Hi, I'd like to book a haircut tomorrow at 3 pm. My name is Sofía Ramírez.")
