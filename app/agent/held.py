@@ -5,6 +5,7 @@ fullest form the caller gave it (`fullest`). What "said" means is app.agent.said
 import json
 import re
 
+from app.agent.protocol import read_tool_message
 from app.agent.said import (CLOCK_PATTERN, SAID, WRITTEN_WORD, Said, conversation_text, fold, holds, is_free, known,
                             latest_user, latest_words, name_words, spoken_reply, stem, value_words)
 from app.agent.spoken_times import times_in
@@ -175,12 +176,12 @@ def asked_for(messages: list[dict], schemas: list[dict], own: list[tuple[int, li
             return {}
         if m["role"] != "tool":
             continue
-        try:
-            content = json.loads(m["content"])
-        except json.JSONDecodeError:
+        read = read_tool_message(m)
+        if read is None:
             return {}
-        missing = content.get("result", {}).get("missing") if isinstance(content, dict) else None
-        schema = next((s for s in schemas if s["name"] == content.get("name")), None)
+        tool, result = read
+        missing = result.get("missing")
+        schema = next((s for s in schemas if s["name"] == tool), None)
         if not isinstance(missing, list) or schema is None:
             return {}
         properties = schema["parameters"].get("properties", {})
@@ -200,19 +201,9 @@ def about_a_person(messages: list[dict], schemas: list[dict]) -> list[str]:
     about = {s["name"] for s in schemas
              if any(spec.get(SAID) and is_free(spec) and not spec.get("examples")
                     for spec in s["parameters"].get("properties", {}).values())}
-    texts = []
-    for m in messages:
-        if m["role"] != "tool":
-            continue
-        try:
-            content = json.loads(m["content"])
-        except ValueError:
-            continue
-        result = content.get("result") if isinstance(content, dict) and content.get("name") in about else None
-        if isinstance(result, dict):
-            texts += [v for value in result.values() for v in (value if isinstance(value, list) else [value])
-                      if isinstance(v, str)]
-    return texts
+    results = [result for tool, result in filter(None, map(read_tool_message, messages)) if tool in about]
+    return [v for result in results for value in result.values()
+            for v in (value if isinstance(value, list) else [value]) if isinstance(v, str)]
 
 
 def named_alone(key: str, properties: dict, said_last: Said) -> str | None:

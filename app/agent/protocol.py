@@ -23,6 +23,18 @@ def tool_message(name: str, result: dict) -> dict:
     return {"role": "tool", "content": compact({"name": name, "result": result})}
 
 
+def read_tool_message(message: dict) -> tuple[str, dict] | None:
+    """The tool's name and its result from a message `tool_message` wrote; None for any other message."""
+    if message.get("role") != "tool":
+        return None
+    try:
+        content = json.loads(message["content"])
+    except ValueError:
+        return None
+    result = content.get("result") if isinstance(content, dict) else None
+    return (content.get("name"), result) if isinstance(result, dict) else None
+
+
 @dataclass
 class ToolCall:
     name: str

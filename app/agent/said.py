@@ -21,13 +21,13 @@ means depends only on the value's form, never on a list of words:
   another argument of the tool takes as its values is that argument's, not a name ("Thursday": `other_values`),
   and one that begins with a possessive ("my daughter": `possessed`) says who, not their name.
 """
-import json
 import re
 import unicodedata
 from functools import lru_cache
 
 import snowballstemmer
 
+from app.agent.protocol import read_tool_message
 from app.agent.spoken_times import says_today, times_in
 
 SAID = "x-said"  # the schema keyword: this argument must have been said in the conversation
@@ -298,17 +298,8 @@ def possessed(schema: dict, arguments: dict) -> list[str]:
 
 def known(messages: list[dict], key: str) -> list[str]:
     """The string values that tools' successful results in `messages` gave for `key`, in order."""
-    values = []
-    for m in messages:
-        if m["role"] != "tool":
-            continue
-        try:
-            result = json.loads(m["content"]).get("result", {})
-        except (ValueError, AttributeError):
-            continue
-        if isinstance(result, dict) and result.get("ok", True) and isinstance(result.get(key), str):
-            values.append(result[key])
-    return values
+    results = [result for _, result in filter(None, map(read_tool_message, messages))]
+    return [result[key] for result in results if result.get("ok", True) and isinstance(result.get(key), str)]
 
 
 def someone_else(schema: dict, arguments: dict, messages: list[dict], profile=None) -> list[str]:
