@@ -343,9 +343,10 @@ class Toolbox:
         return _join([time_text(t.time()) for t in sorted(free)]) if free else ""
 
     def _book_appointment(self, name: str, day: str, time: str, service: str) -> dict:
-        """A booking; one that names the service a caller already has that day, under the same name (case and
+        """A booking; one that names the service a caller already has upcoming, once, under the same name (case and
         accents aside), at another time moves it there ("actually can you make that 3 instead?" after a haircut
-        booked at 2 had left both), and one at the same time is the booking they have."""
+        booked at 2 had left both; "can you move my appointment to friday at 3?"), and one at the same time is the
+        booking they have."""
         s = self._service(service)
         start = datetime.combine(self._day(day), parse_time(time))
         self._check_slot(start, s.duration_min)
