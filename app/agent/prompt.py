@@ -2,8 +2,9 @@
 the embedded SmolLM2 brain, in full for LLaDA and Dream), and the speech recognizer's prompt (the business's words)."""
 import json
 
+from app.agent.days import DAYS, time_text
 from app.agent.profile import Profile
-from app.agent.tools import DAYS, SCHEMAS, Toolbox, time_text
+from app.agent.tools import SCHEMAS, Toolbox
 
 
 _INSTRUCTIONS = """You are the voice assistant answering calls for {name}, {address}, phone {phone}.

@@ -7,25 +7,22 @@ import copy
 import json
 import logging
 import math
-import re
 import sqlite3
 from datetime import date, datetime, time, timedelta
 from typing import Callable
 
-from num2words import num2words
-
+from app.agent.days import (DAYS, Refusal, date_text, day_of_month_text, parse_time, resolve_day, time_text,
+                            when_text)
 from app.agent.profile import WEEKDAYS, Profile, Service
 from app.agent.said import CLOCK_PATTERN, SAID, holds, lacking, name_words, named_service
 from app.agent.store import Appointment, Store, UnwrittenStore
 
 log = logging.getLogger(__name__)
 
-DAYS = ("today", "tomorrow") + WEEKDAYS
 # what the model reads when the appointments file fails (read-only, disk full): nothing was changed
 STORE_DOWN = "The appointment book cannot be reached right now, so nothing was changed. Please call back later."
 TOPICS = ("hours", "address", "phone", "services", "prices")
 SLOT_MIN = 30  # availability is offered on this grid, in minutes
-_TIME_RE = re.compile(r"^(\d{1,2})(?::(\d{2}))?\s*([ap])?\.?\s*m?\.?$")
 
 # SAID: an argument the caller must have said (app.agent.said checks it against the conversation, for every tool)
 _SAID = {"type": "string", SAID: True}
@@ -57,64 +54,6 @@ SCHEMAS = [
     {"name": "end_call", "description": "Hang up after saying goodbye.",
      "parameters": {"type": "object", "properties": {}}},
 ]
-
-
-class Refusal(Exception):
-    """A request the business rules refuse; the message is spoken to the caller."""
-
-
-def time_text(t: time) -> str:
-    """'3:30 PM' for 15:30: how results and replies say a time."""
-    return f"{(t.hour - 1) % 12 + 1}:{t.minute:02d} {'AM' if t.hour < 12 else 'PM'}"
-
-
-def date_text(d: date) -> str:
-    """'Friday, December 4'."""
-    return f"{d.strftime('%A')}, {d.strftime('%B')} {d.day}"
-
-
-def day_of_month_text(d: date) -> str:
-    """'Saturday the 5th': a date in a form of its own, for a result that also holds a date_text.
-
-    NOTE: with tomorrow's date as 'Saturday, December 5' beside today's 'Friday, December 4', the shipped adapter
-    (never trained on two such dates in one result) read "what's the date today?" as 'Friday, December 5' on 2 of 7
-    dates (6 of 21 date and time questions); with this form, 21 of 21 right, and tomorrow's weekday said as often
-    (6 of 14 tomorrow questions; 0 without it). 2026-12-05."""
-    return f"{d.strftime('%A')} the {num2words(d.day, to='ordinal_num')}"
-
-
-def when_text(start: datetime) -> str:
-    return f"{date_text(start.date())} at {time_text(start.time())}"
-
-
-def parse_time(value: str) -> time:
-    """'15:30' (the normalized form); '3:30 pm' and '15' are accepted too. Bad input -> Refusal."""
-    m = _TIME_RE.match(str(value).strip().lower())
-    if not m:
-        raise Refusal(f"I need the time as HH:MM on a 24-hour clock, not {value!r}.")
-    hour, minute = int(m.group(1)), int(m.group(2) or 0)
-    if m.group(3) == "p" and hour < 12:
-        hour += 12
-    elif m.group(3) == "a" and hour == 12:
-        hour = 0
-    if hour > 23 or minute > 59:
-        raise Refusal(f"{value!r} is not a time of day.")
-    return time(hour, minute)
-
-
-def resolve_day(day: str, today: date) -> date:
-    """today, tomorrow or a weekday (its next occurrence, today included) -> a date. Bad input -> Refusal."""
-    key = str(day).strip().lower()
-    if key == "today":
-        return today
-    if key == "tomorrow":
-        return today + timedelta(days=1)
-    if key in WEEKDAYS:
-        return today + timedelta(days=(WEEKDAYS.index(key) - today.weekday()) % 7)
-    try:
-        return date.fromisoformat(key)
-    except ValueError:
-        raise Refusal(f"I need the day as one of {', '.join(DAYS)}, not {day!r}.") from None
 
 
 def _join(items: list[str]) -> str:

@@ -7,9 +7,9 @@ from datetime import datetime
 import pytest
 
 from app.training.dialogues.phrases import NOT_NAMES
+from app.agent.days import parse_time
 from app.agent.profile import load_profile
 from app.agent.protocol import TOOL_CALL_OPEN, parse_tool_calls
-from app.agent.tools import parse_time
 from app.training.dialogues import cases, generate, phrases, templates, variants
 from app.training.dialogues.replies import facts
 from app.training.dialogues.script import Script

@@ -9,7 +9,8 @@ from app.agent.profile import load_profile, parse_profile
 from app.agent.store import Store, open_store
 from app.agent.loop import Agent
 from app.agent.prompt import recognizer_prompt, system_prompt
-from app.agent.tools import STORE_DOWN, Toolbox, parse_time, resolve_day
+from app.agent.days import parse_time, resolve_day
+from app.agent.tools import STORE_DOWN, Toolbox
 from tests.fakes import FakeEngine
 
 # Tuesday 1 December 2026, 10:00 in New York (the shipped profile's zone). Open Tue-Sat; closed Sun, Mon.
