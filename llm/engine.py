@@ -187,6 +187,14 @@ class Engine:
             raise ValueError("the first token's probabilities need a model pretrained left to right")
         return self._next_probabilities(self.prompt_ids(messages))
 
+    @torch.inference_mode()
+    def next_token_probabilities(self, messages: list[dict], written: list[int]) -> torch.Tensor:
+        """The model's probabilities (fp32, (vocab,)) for the token of its reply to `messages` that follows the
+        reply's first tokens `written`, as `first_token_probabilities`."""
+        if not self.left_to_right:
+            raise ValueError("the next token's probabilities need a model pretrained left to right")
+        return self._next_probabilities(self.prompt_ids(messages) + list(written))
+
     def _next_probabilities(self, ids: list[int]) -> torch.Tensor:
         self._check_fits(len(ids), 1)
         with self._caches.lent(ids) as prefix, self.batcher.joined() as run:

@@ -122,6 +122,11 @@ class Agent:
                 acted, asked = self.check.acted_on_part(messages, replies, cancel)
                 if acted is not None:
                     return acted
+                followed, seconds = self.check.followed_up(messages, replies, cancel)
+                asked += seconds
+                if followed is not None:
+                    followed.seconds = asked
+                    return followed
             if matcher is not None and not all(matcher.accept(t) for t in written):
                 matcher, written = replies.start(), []  # not this grammar's start: written again
             resumed = {"written": written} if written else {}

@@ -16,9 +16,10 @@ import threading
 import time
 
 from app.agent import schema_grammar
-from app.agent.protocol import TOOL_CALL_OPEN, TOOL_CALL_RE, compact, parse_tool_calls
+from app.agent.protocol import TOOL_CALL_OPEN, TOOL_CALL_RE, compact, parse_tool_calls, read_tool_message
 from app.agent.held import fullest, held, known, says_a_value
-from app.agent.said import Said, invented, is_free, name_words, names_last, rests_on, settle, value_words
+from app.agent.said import (Said, invented, is_free, latest_user, latest_words, name_words, names_last, rests_on,
+                            settle, value_words)
 from app.agent.spoken_times import times_in
 
 log = logging.getLogger(__name__)
@@ -36,6 +37,14 @@ PROBED_SHARE = 0.5
 # reply opens with a call when it would call for what is left (CALL_SHARE of its probability).
 COURTESY_WORDS = 4
 CALL_SHARE = 0.5
+
+# A question that names only another value for a detail of the question before it ("how much is a haircut?",
+# then "okay and uh, a beard trim?") asks that question again (`CallCheck.followed_up`). The adapted brain took
+# such turns for bookings: it wrote book_appointment with 0.62-0.71 of its probability on the tool's name and the
+# question before it, business_info, 0.12-0.47 (the salon, 2026-12-05); a booking said as one ("ok a haircut then
+# please", no question) gave business_info 0.08, "can I book a haircut then?" none. Below this share, the model
+# did not consider the question before it at all.
+FOLLOW_SHARE = 0.05
 
 UNMEANT_SHARE = 0.02  # below this share of the model's probability on what the grammar allowed, a value was forced
 _STRING_PAIR = re.compile(r'"((?:[^"\\]|\\.)*)"\s*:\s*"((?:[^"\\]|\\.)*)"')
@@ -131,6 +140,21 @@ def courtesy_parts(text: str, most_words: int) -> list[str]:
     return parts
 
 
+def question_before(messages: list[dict]) -> tuple[str, dict] | None:
+    """The one call (tool name, arguments) the agent made for the caller's turn before their latest in
+    `messages`, when it made one and its result was not a refusal; else None."""
+    latest = latest_user(messages)
+    before = max((i for i in range(max(latest, 0)) if messages[i]["role"] == "user"), default=-1)
+    if before < 0:
+        return None
+    between = messages[before + 1:latest]
+    calls = [call for m in between if m["role"] == "assistant" for call in parse_tool_calls(m["content"])[0]]
+    results = [read for m in between for read in [read_tool_message(m)] if read is not None]
+    if len(calls) != 1 or len(results) != 1 or not calls[0][0] or results[0][1].get("ok") is not True:
+        return None
+    return calls[0]
+
+
 class CallCheck:
     """An agent's calls held to what the model meant and the caller said: `settled` (each call and what it lacks),
     `made_up`, `acted_on_part` and the `reply_grammar` the generations are decoded under."""
@@ -166,6 +190,56 @@ class CallCheck:
             # "Okay so, Awesome." drew the bike shop's hours, where "Okay so, Awesome, thank you." wanted small talk
             log.debug("the call for %r holds nothing its words said: %r", part, gen.text)
             return None, seconds
+        gen.seconds = seconds
+        return gen, seconds
+
+    def followed_up(self, messages: list[dict], replies, cancel) -> tuple[object | None, float]:
+        """The call that asks the caller's question before again, for a question that says nothing but another
+        value of its details: "okay and uh, a beard trim?" after "how much is a haircut?" was answered. The
+        model, opening its reply with a call, considered the call before (`question_before`, a tool that only
+        reads) but preferred another (at least FOLLOW_SHARE of its probability on that tool's name, not the
+        most); it writes the call before's tool with the details of its choice, and that call is the reply's
+        when it lacks nothing and differs from the call before only in details it had, each of which the
+        caller's latest words say (app.agent.said.rests_on). The generation and the seconds this took; (None,
+        seconds) otherwise, and the model answers its own way. One pass over a few tokens past the prompt (whose
+        keys the reply reuses) for each question after a call that read."""
+        started = time.perf_counter()
+        probabilities = getattr(self.engine, "next_token_probabilities", None)
+        before = question_before(messages)
+        read_only = getattr(self.toolbox, "read_only", None)
+        if probabilities is None or before is None or read_only is None or not read_only(before[0]) \
+                or messages[-1]["role"] != "user" or not messages[-1]["content"].rstrip().endswith("?"):
+            return None, time.perf_counter() - started
+        name, asked = before
+        tokenizer = self.engine.tokenizer
+        opening = tokenizer.encode(TOOL_CALL_OPEN + '{"name":"', add_special_tokens=False).ids
+        written = tokenizer.encode(TOOL_CALL_OPEN + '{"name":"' + name, add_special_tokens=False).ids
+        if written[:len(opening)] != opening or len(written) == len(opening) \
+                or float(probabilities(messages, [])[opening[0]]) < CALL_SHARE:
+            return None, time.perf_counter() - started
+        shares = probabilities(messages, opening)
+        share = float(shares[written[len(opening)]])
+        if share < FOLLOW_SHARE or share >= float(shares.max()):
+            return None, time.perf_counter() - started
+        matcher = replies.start()
+        if not all(matcher.accept(t) for t in written):
+            return None, time.perf_counter() - started
+        opts = self.options
+        gen = self.engine.generate(messages, max_new_tokens=opts.max_new_tokens, block_length=opts.block_length,
+                                   threshold=opts.threshold, use_cache="block", cancel=cancel, matcher=matcher,
+                                   draft_length=opts.draft_length, written=written)
+        calls, spoken = parse_tool_calls(gen.text)
+        settled = self.settled(calls, gen, messages) if len(calls) == 1 and not spoken else []
+        seconds = time.perf_counter() - started
+        if gen.stopped == "cancelled" or not settled or settled[0][0] != name or settled[0][2]:
+            return None, seconds
+        arguments, schemas, last = settled[0][1], self.toolbox.schemas(), [latest_words(messages)]
+        changed = {k for k in asked.keys() | arguments.keys() if asked.get(k) != arguments.get(k)}
+        if not changed or any(k not in asked or k not in arguments or not rests_on(
+                name, {k: arguments[k]}, schemas, last, self.toolbox.profile) for k in changed):
+            log.debug("the question before, asked again, is not the caller's (share %.3f): %r", share, gen.text)
+            return None, seconds
+        log.debug("the question before, asked again (share %.3f): %r", share, gen.text)
         gen.seconds = seconds
         return gen, seconds
 

@@ -211,12 +211,26 @@ def test_a_new_business_price_question_is_answered_from_its_profile(brain):
     assert "65" in turn.reply or "sixty-five" in turn.reply.lower()
 
 
-def test_a_follow_up_asks_the_last_question_about_another_service(brain):
+@pytest.mark.parametrize("profile, question, follow_up, service, price", [
+    (None, "how much is a blow dry?", "what about hair coloring?", "hair coloring", "$90"),
+    (None, "Um, hi, how much is a men's haircut?", "okay and uh, a beard trim?", "beard trim", "$15"),
+    (BIKE_SHOP, "how much is a tune-up?", "and a flat fix?", "flat tire repair", "$15"),
+])
+def test_a_follow_up_asks_the_last_question_about_another_service(brain, profile, question, follow_up, service,
+                                                                   price):
+    # the last two were taken for bookings: "What day would you like to come in?" (CallCheck.followed_up)
+    agent = agent_for(brain, profile)
+    agent.respond(question)
+    turn = agent.respond(follow_up)
+    assert calls(turn) == [("business_info", {"topic": "prices", "service": service})], turn.reply
+    assert price in turn.reply
+
+
+def test_a_service_chosen_after_its_price_is_booked_not_priced(brain):
     agent = agent_for(brain)
-    agent.respond("how much is a blow dry?")
-    turn = agent.respond("what about hair coloring?")
-    assert calls(turn) == [("business_info", {"topic": "prices", "service": "hair coloring"})]
-    assert "$90" in turn.reply
+    agent.respond("how much is a beard trim?")
+    turn = agent.respond("ok a haircut then please")
+    assert "business_info" not in [name for name, _ in calls(turn)] and "?" in turn.reply, turn.reply
 
 
 def test_a_name_given_before_the_request_is_booked_under_it(brain):

@@ -1,0 +1,134 @@
+"""A question that names only another value of the question before it asks that question again
+(app.agent.meant.CallCheck.followed_up): "okay and uh, a beard trim?" after "how much is a haircut?" was answered
+is the beard trim's price. The adapted brain took it for a booking (book_appointment with 0.62 of its probability on
+the tool's name, business_info 0.19) and asked "What day would you like to come in?"."""
+from datetime import datetime
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from app.agent.loop import Agent
+from app.agent.meant import question_before
+from app.agent.options import AgentOptions
+from app.agent.profile import load_profile
+from app.agent.protocol import TOOL_CALL_OPEN, format_tool_call, tool_message
+from app.agent.store import open_store
+from app.agent.tools import Toolbox
+from tests.checkpoints import train_bpe
+from tests.fakes import SharedGeneration
+
+END = "<|end|>"
+TOKENIZER = train_bpe([END])
+NAME_AT = TOKENIZER.encode(TOOL_CALL_OPEN + '{"name":"', add_special_tokens=False).ids
+ASKING = "What day would you like to come in?"
+
+
+def first_name_token(tool: str) -> int:
+    return TOKENIZER.encode(TOOL_CALL_OPEN + '{"name":"' + tool, add_special_tokens=False).ids[len(NAME_AT)]
+
+
+class _Torn:
+    """A block engine that opens every reply with a call; at the call's tool name it gives each tool of `names` its
+    share. Free, it writes `own`; given a tool's name as written, `forced` (probed for a detail, nothing); after a tool's result, the price
+    the result gave or, for a call that lacked details, ASKING. It records what each generation was given."""
+    chat_style = "parley"
+
+    def __init__(self, names: dict[str, float], own: str, forced: str):
+        self.tokenizer = TOKENIZER
+        self.special = SimpleNamespace(stop=(TOKENIZER.token_to_id(END),))
+        self.model = SimpleNamespace(args=SimpleNamespace(vocab_size=TOKENIZER.get_vocab_size(),
+                                                          max_sequence_length=4096))
+        self.names, self.own, self.forced = names, own, forced
+        self.written = []
+
+    def first_token_probabilities(self, messages):
+        return self.next_token_probabilities(messages, [])
+
+    def next_token_probabilities(self, messages, written):
+        probabilities = torch.full((TOKENIZER.get_vocab_size(),), 0.0001)
+        if not written:
+            probabilities[NAME_AT[0]] = 0.99
+        elif list(written) == NAME_AT:
+            for tool, share in self.names.items():
+                probabilities[first_name_token(tool)] = share
+        return probabilities
+
+    def generate(self, messages, *, matcher=None, written=(), on_block=None, **kwargs):
+        self.written.append(self.tokenizer.decode(list(written)))
+        if messages[-1]["role"] == "tool":
+            result = messages[-1]["content"]
+            text = f"That is {result.split('price')[1][3:6]}." if '"price"' in result else ASKING
+        elif not written:
+            text = self.own
+        elif self.forced.startswith(self.tokenizer.decode(list(written)) + '"'):
+            text = self.forced                            # its tool's name as written
+        else:
+            text = self.tokenizer.decode(list(written))   # a probe of a detail its call left out: none
+        lead = self.tokenizer.decode(list(written))
+        assert text.startswith(lead), (text, lead)
+        ids = list(written) + self.tokenizer.encode(text[len(lead):], add_special_tokens=False).ids
+        assert matcher is None or all(matcher.accept(t) for t in ids[len(written):]), text
+        if on_block is not None:
+            on_block(text)
+        return SharedGeneration(text, ids, [1.0] * len(ids))
+
+
+PRICES = format_tool_call("business_info", {"topic": "prices", "service": "beard trim"})
+BOOKING = format_tool_call("book_appointment", {"service": "beard trim"})
+
+
+def _agent(engine, call=("business_info", {"topic": "prices", "service": "haircut"})):
+    toolbox = Toolbox(load_profile(None), open_store(":memory:"), now=lambda: datetime(2026, 3, 2, 9, 0))
+    agent = Agent(engine, toolbox, "system", AgentOptions(cache="block", block_length=4))
+    agent.messages = [{"role": "user", "content": "How much is a haircut?"},
+                      {"role": "assistant", "content": format_tool_call(*call)},
+                      tool_message(call[0], toolbox.call(*call)),
+                      {"role": "assistant", "content": "That is $35."}]
+    return agent
+
+
+def test_a_question_naming_another_service_asks_the_question_before_again():
+    engine = _Torn({"book_appointment": 0.62, "business_info": 0.19}, own=BOOKING, forced=PRICES)
+    turn = _agent(engine).respond("okay and uh, a beard trim?")
+    assert [(c.name, c.arguments) for c in turn.tool_calls] == [
+        ("business_info", {"topic": "prices", "service": "beard trim"})]
+    assert turn.reply == "That is $15."
+    assert engine.written[0] == TOOL_CALL_OPEN + '{"name":"business_info'
+
+
+@pytest.mark.parametrize("said, names, forced, own", [
+    ("okay and uh, a beard trim.", {"book_appointment": 0.62, "business_info": 0.19}, PRICES, BOOKING),  # no "?"
+    ("okay and uh, a beard trim?", {"book_appointment": 0.96, "business_info": 0.01}, PRICES, BOOKING),  # unweighed
+    ("okay and uh, a beard trim?", {"book_appointment": 0.62, "business_info": 0.19},          # another topic
+     format_tool_call("business_info", {"topic": "hours", "service": "beard trim"}), BOOKING),
+    ("and a beard trim on monday?", {"book_appointment": 0.62, "business_info": 0.19},         # a detail added
+     format_tool_call("business_info", {"topic": "prices", "day": "monday", "service": "beard trim"}),
+     format_tool_call("book_appointment", {"day": "monday", "service": "beard trim"})),
+])
+def test_the_model_answers_its_own_way_unless_the_question_before_is_asked_again(said, names, forced, own):
+    engine = _Torn(names, own=own, forced=forced)
+    turn = _agent(engine).respond(said)
+    assert turn.tool_calls == [] and turn.reply == ASKING
+
+
+def test_after_a_call_that_changed_something_the_model_answers_its_own_way():
+    engine = _Torn({"book_appointment": 0.62, "cancel_appointment": 0.19}, own=BOOKING,
+                   forced=format_tool_call("cancel_appointment", {"name": "Ana Lima"}))
+    agent = _agent(engine, ("cancel_appointment", {"name": "Ana Lima"}))
+    turn = agent.respond("and a beard trim?")
+    assert turn.tool_calls == [] and turn.reply == ASKING and engine.written[0] == ""
+
+
+def test_the_question_before_is_one_call_that_was_answered():
+    asked = [{"role": "user", "content": "How much is a haircut?"},
+             {"role": "assistant", "content": PRICES},
+             tool_message("business_info", {"ok": True, "price": "$15"}),
+             {"role": "assistant", "content": "That is $15."},
+             {"role": "user", "content": "and a blow dry?"}]
+    assert question_before(asked) == ("business_info", {"topic": "prices", "service": "beard trim"})
+    refused = asked[:2] + [tool_message("business_info", {"ok": False, "error": "We don't offer that."})] + asked[3:]
+    assert question_before(refused) is None
+    spoken = asked[:1] + [{"role": "assistant", "content": "What service?"}] + asked[4:]
+    assert question_before(spoken) is None
+    assert question_before(asked[:1]) is None
