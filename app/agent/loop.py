@@ -122,11 +122,12 @@ class Agent:
                 acted, asked = self.check.acted_on_part(messages, replies, cancel)
                 if acted is not None:
                     return acted
-                followed, seconds = self.check.followed_up(messages, replies, cancel)
-                asked += seconds
-                if followed is not None:
-                    followed.seconds = asked
-                    return followed
+                for ask in (self.check.followed_up, self.check.asked_of_a_service):
+                    called, seconds = ask(messages, replies, cancel)
+                    asked += seconds
+                    if called is not None:
+                        called.seconds = asked
+                        return called
             if matcher is not None and not all(matcher.accept(t) for t in written):
                 matcher, written = replies.start(), []  # not this grammar's start: written again
             resumed = {"written": written} if written else {}

@@ -221,17 +221,9 @@ class CallCheck:
         share = float(shares[written[len(opening)]])
         if share < FOLLOW_SHARE or share >= float(shares.max()):
             return None, time.perf_counter() - started
-        matcher = replies.start()
-        if not all(matcher.accept(t) for t in written):
-            return None, time.perf_counter() - started
-        opts = self.options
-        gen = self.engine.generate(messages, max_new_tokens=opts.max_new_tokens, block_length=opts.block_length,
-                                   threshold=opts.threshold, use_cache="block", cancel=cancel, matcher=matcher,
-                                   draft_length=opts.draft_length, written=written)
-        calls, spoken = parse_tool_calls(gen.text)
-        settled = self.settled(calls, gen, messages) if len(calls) == 1 and not spoken else []
+        gen, settled = self._one_call(messages, replies, cancel, written)
         seconds = time.perf_counter() - started
-        if gen.stopped == "cancelled" or not settled or settled[0][0] != name or settled[0][2]:
+        if not settled or settled[0][0] != name or settled[0][2]:
             return None, seconds
         arguments, schemas, last = settled[0][1], self.toolbox.schemas(), [latest_words(messages)]
         changed = {k for k in asked.keys() | arguments.keys() if asked.get(k) != arguments.get(k)}
@@ -242,6 +234,50 @@ class CallCheck:
         log.debug("the question before, asked again (share %.3f): %r", share, gen.text)
         gen.seconds = seconds
         return gen, seconds
+
+    def asked_of_a_service(self, messages: list[dict], replies, cancel) -> tuple[object | None, float]:
+        """The call the model writes for a question that names a service the business offers, when it would
+        answer in words: "do you do fillings?" and "do you offer teeth whitening?" drew "I'm sorry, I can't help
+        with that." from the adapted brain (0.39-0.47 of its probability on a call; given one, it wrote
+        business_info with 0.82-0.94). What a business offers is a fact of its tools, as the system prompt says:
+        the reply opens with a call, the model writes which, and it is the reply's when it holds a service the
+        question names (a booking that lacks the day asks for it). The generation and the seconds this took;
+        (None, seconds) otherwise. One pass over the question's few tokens the reused KV cache does not hold."""
+        started = time.perf_counter()
+        probabilities = getattr(self.engine, "first_token_probabilities", None)
+        profile, text = self.toolbox.profile, messages[-1]["content"] if messages else ""
+        if probabilities is None or profile is None or messages[-1]["role"] != "user" \
+                or not text.rstrip().endswith("?"):
+            return None, time.perf_counter() - started
+        named = Said([text], profile).services_named([s.name for s in profile.services])
+        opening = self.engine.tokenizer.encode(TOOL_CALL_OPEN, add_special_tokens=False).ids
+        if not named or float(probabilities(messages)[opening[0]]) >= CALL_SHARE:
+            return None, time.perf_counter() - started  # no service named, or the model calls on its own
+        gen, settled = self._one_call(messages, replies, cancel, opening)
+        seconds = time.perf_counter() - started
+        service = lambda value: getattr(profile.service(value), "name", None) if isinstance(value, str) else None  # noqa: E731
+        if not settled or not any(service(v) in named for v in settled[0][1].values()):
+            log.debug("the call for a question of a service holds none it names: %r", gen and gen.text)
+            return None, seconds
+        log.debug("a question of a service, answered by a call: %r", gen.text)
+        gen.seconds = seconds
+        return gen, seconds
+
+    def _one_call(self, messages: list[dict], replies, cancel, written: list[int]) -> tuple[object | None, list]:
+        """The model's reply to `messages` that begins with the tokens `written` (a call's opening), under the
+        reply grammar, and its one call as `settled` holds it ([] for a reply that is not one call alone, or was
+        cancelled); (None, []) when the grammar does not take `written`."""
+        matcher = replies.start()
+        if not all(matcher.accept(t) for t in written):
+            return None, []
+        opts = self.options
+        gen = self.engine.generate(messages, max_new_tokens=opts.max_new_tokens, block_length=opts.block_length,
+                                   threshold=opts.threshold, use_cache="block", cancel=cancel, matcher=matcher,
+                                   draft_length=opts.draft_length, written=written)
+        calls, spoken = parse_tool_calls(gen.text)
+        if gen.stopped == "cancelled" or len(calls) != 1 or spoken or not calls[0][0]:
+            return gen, []
+        return gen, self.settled(calls, gen, messages)
 
     def _called_part(self, messages: list[dict], opening: int) -> str | None:
         """The caller's last turn in `messages` without a few words at its end or its start (`courtesy_parts`,

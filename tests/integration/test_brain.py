@@ -226,6 +226,17 @@ def test_a_follow_up_asks_the_last_question_about_another_service(brain, profile
     assert price in turn.reply
 
 
+@pytest.mark.parametrize("profile, question, service, price", [
+    (DENTIST, "do you do fillings?", "filling", "$180"),
+    (None, "is hair coloring something you do?", "hair coloring", "$90"),
+])
+def test_a_question_of_a_service_offered_is_answered_from_the_profile(brain, profile, question, service, price):
+    # both drew "I'm sorry, I can't help with that." (CallCheck.asked_of_a_service)
+    turn = agent_for(brain, profile).respond(question)
+    assert [(name, args.get("service")) for name, args in calls(turn)] == [("business_info", service)], turn.reply
+    assert price in turn.reply
+
+
 def test_a_service_chosen_after_its_price_is_booked_not_priced(brain):
     agent = agent_for(brain)
     agent.respond("how much is a beard trim?")

@@ -1,7 +1,12 @@
-"""A question that names only another value of the question before it asks that question again
+"""Questions answered by a call the model weighed but would not make.
+
+A question that names only another value of the question before it asks that question again
 (app.agent.meant.CallCheck.followed_up): "okay and uh, a beard trim?" after "how much is a haircut?" was answered
 is the beard trim's price. The adapted brain took it for a booking (book_appointment with 0.62 of its probability on
-the tool's name, business_info 0.19) and asked "What day would you like to come in?"."""
+the tool's name, business_info 0.19) and asked "What day would you like to come in?".
+
+A question that names a service the business offers is answered by a call (CallCheck.asked_of_a_service): "do you
+do fillings?" drew "I'm sorry, I can't help with that." (0.39 of the model's probability on a call)."""
 from datetime import datetime
 from types import SimpleNamespace
 
@@ -21,6 +26,7 @@ from tests.fakes import SharedGeneration
 END = "<|end|>"
 TOKENIZER = train_bpe([END])
 NAME_AT = TOKENIZER.encode(TOOL_CALL_OPEN + '{"name":"', add_special_tokens=False).ids
+OPENING = TOKENIZER.encode(TOOL_CALL_OPEN, add_special_tokens=False).ids
 ASKING = "What day would you like to come in?"
 
 
@@ -34,12 +40,12 @@ class _Torn:
     the result gave or, for a call that lacked details, ASKING. It records what each generation was given."""
     chat_style = "parley"
 
-    def __init__(self, names: dict[str, float], own: str, forced: str):
+    def __init__(self, names: dict[str, float], own: str, forced: str, call_share: float = 0.99):
         self.tokenizer = TOKENIZER
         self.special = SimpleNamespace(stop=(TOKENIZER.token_to_id(END),))
         self.model = SimpleNamespace(args=SimpleNamespace(vocab_size=TOKENIZER.get_vocab_size(),
                                                           max_sequence_length=4096))
-        self.names, self.own, self.forced = names, own, forced
+        self.names, self.own, self.forced, self.call_share = names, own, forced, call_share
         self.written = []
 
     def first_token_probabilities(self, messages):
@@ -48,7 +54,7 @@ class _Torn:
     def next_token_probabilities(self, messages, written):
         probabilities = torch.full((TOKENIZER.get_vocab_size(),), 0.0001)
         if not written:
-            probabilities[NAME_AT[0]] = 0.99
+            probabilities[NAME_AT[0]] = self.call_share
         elif list(written) == NAME_AT:
             for tool, share in self.names.items():
                 probabilities[first_name_token(tool)] = share
@@ -61,8 +67,9 @@ class _Torn:
             text = f"That is {result.split('price')[1][3:6]}." if '"price"' in result else ASKING
         elif not written:
             text = self.own
-        elif self.forced.startswith(self.tokenizer.decode(list(written)) + '"'):
-            text = self.forced                            # its tool's name as written
+        elif self.forced.startswith(self.tokenizer.decode(list(written))) and list(written) != NAME_AT[:len(written)] \
+                or list(written) == OPENING:
+            text = self.forced                            # its tool's name, or a call's opening, as written
         else:
             text = self.tokenizer.decode(list(written))   # a probe of a detail its call left out: none
         lead = self.tokenizer.decode(list(written))
@@ -132,3 +139,32 @@ def test_the_question_before_is_one_call_that_was_answered():
     spoken = asked[:1] + [{"role": "assistant", "content": "What service?"}] + asked[4:]
     assert question_before(spoken) is None
     assert question_before(asked[:1]) is None
+
+
+SMALL_TALK = "I'm sorry, I can't help with that."
+
+
+@pytest.mark.parametrize("forced", [
+    format_tool_call("business_info", {"topic": "services", "service": "beard trim"}),
+    format_tool_call("business_info", {"topic": "prices", "service": "beard trim"}),
+])
+def test_a_question_of_a_service_offered_is_answered_by_a_call(forced):
+    engine = _Torn({}, own=SMALL_TALK, forced=forced, call_share=0.4)
+    agent = _agent(engine)
+    agent.messages = []
+    turn = agent.respond("do you guys do beard trims?")
+    assert [(c.name, c.arguments["service"]) for c in turn.tool_calls] == [("business_info", "beard trim")]
+    assert turn.tool_calls[0].result["price"] == "$15" and turn.reply == "That is $15."
+
+
+@pytest.mark.parametrize("said, forced", [
+    ("I loved my beard trim, thanks.", PRICES),                                          # not a question
+    ("do you guys do manicures?", PRICES.replace("beard trim", "manicures")),            # no service offered
+    ("do you guys do beard trims?", format_tool_call("transfer_to_human", {})),           # a call without it
+])
+def test_the_model_answers_other_questions_its_own_way(said, forced):
+    engine = _Torn({}, own=SMALL_TALK, forced=forced, call_share=0.4)
+    agent = _agent(engine)
+    agent.messages = []
+    turn = agent.respond(said)
+    assert turn.tool_calls == [] and turn.reply == SMALL_TALK
