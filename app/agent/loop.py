@@ -122,7 +122,7 @@ class Agent:
                 acted, asked = self.check.acted_on_part(messages, replies, cancel)
                 if acted is not None:
                     return acted
-                for ask in (self.check.followed_up, self.check.asked_of_a_service):
+                for ask in (self.check.followed_up, self.check.asked_of_a_service, self.check.named_topic):
                     called, seconds = ask(messages, replies, cancel)
                     asked += seconds
                     if called is not None:

@@ -17,8 +17,8 @@ import time
 
 from app.agent import schema_grammar
 from app.agent.protocol import TOOL_CALL_OPEN, TOOL_CALL_RE, compact, parse_tool_calls, read_tool_message
-from app.agent.held import fullest, held, known, says_a_value
-from app.agent.said import (Said, invented, is_free, latest_user, latest_words, name_words, names_last, rests_on,
+from app.agent.held import fullest, held, known, named_alone, says_a_value
+from app.agent.said import (SAID, Said, invented, is_free, latest_user, latest_words, name_words, names_last, rests_on,
                             settle, value_words)
 from app.agent.spoken_times import times_in
 
@@ -155,6 +155,11 @@ def question_before(messages: list[dict]) -> tuple[str, dict] | None:
     return calls[0]
 
 
+def _a_question(messages: list[dict]) -> bool:
+    """Whether `messages` end with the caller's turn, and it ends as a question does."""
+    return bool(messages) and messages[-1]["role"] == "user" and messages[-1]["content"].rstrip().endswith("?")
+
+
 class CallCheck:
     """An agent's calls held to what the model meant and the caller said: `settled` (each call and what it lacks),
     `made_up`, `acted_on_part` and the `reply_grammar` the generations are decoded under."""
@@ -204,26 +209,14 @@ class CallCheck:
         seconds) otherwise, and the model answers its own way. One pass over a few tokens past the prompt (whose
         keys the reply reuses) for each question after a call that read."""
         started = time.perf_counter()
-        probabilities = getattr(self.engine, "next_token_probabilities", None)
         before = question_before(messages)
         read_only = getattr(self.toolbox, "read_only", None)
-        if probabilities is None or before is None or read_only is None or not read_only(before[0]) \
-                or messages[-1]["role"] != "user" or not messages[-1]["content"].rstrip().endswith("?"):
+        if before is None or read_only is None or not read_only(before[0]) or not _a_question(messages):
             return None, time.perf_counter() - started
         name, asked = before
-        tokenizer = self.engine.tokenizer
-        opening = tokenizer.encode(TOOL_CALL_OPEN + '{"name":"', add_special_tokens=False).ids
-        written = tokenizer.encode(TOOL_CALL_OPEN + '{"name":"' + name, add_special_tokens=False).ids
-        if written[:len(opening)] != opening or len(written) == len(opening) \
-                or float(probabilities(messages, [])[opening[0]]) < CALL_SHARE:
-            return None, time.perf_counter() - started
-        shares = probabilities(messages, opening)
-        share = float(shares[written[len(opening)]])
-        if share < FOLLOW_SHARE or share >= float(shares.max()):
-            return None, time.perf_counter() - started
-        gen, settled = self._one_call(messages, replies, cancel, written)
+        gen, settled, share = self._weighed(messages, replies, cancel, name)
         seconds = time.perf_counter() - started
-        if not settled or settled[0][0] != name or settled[0][2]:
+        if not settled or settled[0][2]:
             return None, seconds
         arguments, schemas, last = settled[0][1], self.toolbox.schemas(), [latest_words(messages)]
         changed = {k for k in asked.keys() | arguments.keys() if asked.get(k) != arguments.get(k)}
@@ -234,6 +227,55 @@ class CallCheck:
         log.debug("the question before, asked again (share %.3f): %r", share, gen.text)
         gen.seconds = seconds
         return gen, seconds
+
+    def named_topic(self, messages: list[dict], replies, cancel) -> tuple[object | None, float]:
+        """The call of the one tool a question names the topic of: "great, what was the price again?" names
+        business_info's topic "prices" (app.agent.held.named_alone: an enum the caller need not say, named by
+        the latest words alone), and the model, which gave that tool 0.16 of its probability, checked free times
+        (0.76). When the model weighed the tool (`_weighed`) it writes that tool's call, and that is the reply's
+        when it lacks nothing and holds the value named. The generation and the seconds this took; (None,
+        seconds) otherwise."""
+        started = time.perf_counter()
+        if not _a_question(messages):
+            return None, time.perf_counter() - started
+        said_last = Said([messages[-1]["content"]], self.toolbox.profile)
+        named = {(s["name"], key, value) for s in self.toolbox.schemas()
+                 for properties in [s["parameters"].get("properties", {})]
+                 for key, spec in properties.items()
+                 if not spec.get(SAID) and spec.get("type") == "string" and "enum" in spec
+                 for value in [named_alone(key, properties, said_last)] if value is not None}
+        if len({name for name, _, _ in named}) != 1:
+            return None, time.perf_counter() - started
+        (name, key, value), = named
+        gen, settled, share = self._weighed(messages, replies, cancel, name)
+        seconds = time.perf_counter() - started
+        if not settled or settled[0][2] or settled[0][1].get(key) != value:
+            return None, seconds
+        log.debug("the tool whose topic the question names (share %.3f): %r", share, gen.text)
+        gen.seconds = seconds
+        return gen, seconds
+
+    def _weighed(self, messages: list[dict], replies, cancel, name: str) -> tuple[object | None, list, float]:
+        """The model's reply to `messages` written as a call of tool `name`, when the model, opening its reply
+        with a call (CALL_SHARE), weighed that tool but preferred another: at least FOLLOW_SHARE of its
+        probability on the first token of the tool's name (the tools' names begin with different tokens), not
+        the most. The generation, its call as `settled` holds it (`_one_call`; [] unless it is one call of
+        `name`), and that share; (None, [], share) when the model called it on its own or did not weigh it."""
+        probabilities = getattr(self.engine, "next_token_probabilities", None)
+        if probabilities is None:
+            return None, [], 0.0
+        tokenizer = self.engine.tokenizer
+        opening = tokenizer.encode(TOOL_CALL_OPEN + '{"name":"', add_special_tokens=False).ids
+        written = tokenizer.encode(TOOL_CALL_OPEN + '{"name":"' + name, add_special_tokens=False).ids
+        if written[:len(opening)] != opening or len(written) == len(opening) \
+                or float(probabilities(messages, [])[opening[0]]) < CALL_SHARE:
+            return None, [], 0.0
+        shares = probabilities(messages, opening)
+        share = float(shares[written[len(opening)]])
+        if share < FOLLOW_SHARE or share >= float(shares.max()):
+            return None, [], share
+        gen, settled = self._one_call(messages, replies, cancel, written)
+        return gen, [call for call in settled if call[0] == name], share
 
     def asked_of_a_service(self, messages: list[dict], replies, cancel) -> tuple[object | None, float]:
         """The call the model writes for a question that names a service the business offers, when it would
@@ -246,8 +288,7 @@ class CallCheck:
         started = time.perf_counter()
         probabilities = getattr(self.engine, "first_token_probabilities", None)
         profile, text = self.toolbox.profile, messages[-1]["content"] if messages else ""
-        if probabilities is None or profile is None or messages[-1]["role"] != "user" \
-                or not text.rstrip().endswith("?"):
+        if probabilities is None or profile is None or not _a_question(messages):
             return None, time.perf_counter() - started
         named = Said([text], profile).services_named([s.name for s in profile.services])
         opening = self.engine.tokenizer.encode(TOOL_CALL_OPEN, add_special_tokens=False).ids

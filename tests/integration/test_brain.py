@@ -237,6 +237,15 @@ def test_a_question_of_a_service_offered_is_answered_from_the_profile(brain, pro
     assert price in turn.reply
 
 
+def test_the_price_asked_for_after_a_booking_is_read_not_the_free_times(brain):
+    # the free times of the booking's day were read out (CallCheck.named_topic)
+    agent = agent_for(brain)
+    assert agent.respond("can I get a blow dry tomorrow at 10? name's Priya Shah").tool_calls[0].result["ok"]
+    turn = agent.respond("great, what was the price again?")
+    assert [(name, args["topic"]) for name, args in calls(turn)] == [("business_info", "prices")], turn.reply
+    assert "$30" in turn.reply
+
+
 def test_a_service_chosen_after_its_price_is_booked_not_priced(brain):
     agent = agent_for(brain)
     agent.respond("how much is a beard trim?")

@@ -168,3 +168,19 @@ def test_the_model_answers_other_questions_its_own_way(said, forced):
     agent.messages = []
     turn = agent.respond(said)
     assert turn.tool_calls == [] and turn.reply == SMALL_TALK
+
+
+@pytest.mark.parametrize("said, names, tool", [
+    ("great, what was the price again?", {"check_availability": 0.75, "business_info": 0.16}, "business_info"),
+    ("great, what was the price again.", {"check_availability": 0.75, "business_info": 0.16}, "check_availability"),
+    ("great, what was the price again?", {"check_availability": 0.97, "business_info": 0.01}, "check_availability"),
+])
+def test_a_question_that_names_a_topic_calls_the_tool_of_that_topic_the_model_weighed(said, names, tool):
+    # "great, what was the price again?", after a booking, checked the free times of the booking's day
+    engine = _Torn(names, own=format_tool_call("check_availability", {"day": "monday"}),
+                   forced=format_tool_call("business_info", {"topic": "prices"}))
+    agent = _agent(engine, ("book_appointment", {"name": "Ana Lima", "day": "monday", "time": "10:00",
+                                                 "service": "beard trim"}))
+    agent.messages[0]["content"] = "Can I get a beard trim on Monday at 10? I'm Ana Lima."
+    turn = agent.respond(said)
+    assert [c.name for c in turn.tool_calls] == [tool]
