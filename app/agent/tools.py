@@ -31,7 +31,7 @@ SCHEMAS = [
      "parameters": {"type": "object", "properties": {
          "topic": {"type": "string", "enum": list(TOPICS)},
          "day": {"type": "string", "enum": list(DAYS), "description": "for hours on one day", SAID: True},
-         "service": {"type": "string", "description": "for one service", SAID: True}},
+         "service": {"type": "string", "description": "for the price of one service", SAID: True}},
          "required": ["topic"]}},
     {"name": "check_availability", "description": "Free times on a day, or whether one time is free.",
      "parameters": {"type": "object", "properties": {
@@ -235,12 +235,12 @@ class Toolbox:
             return {"address": p.address}
         if topic == "phone":
             return {"phone": p.phone}
-        if topic in ("services", "prices") and service:  # "do you do fillings?": that one, or a refusal
-            s = self._service(service)
-            return {"service": s.name, "price": p.price_text(s), "duration": f"{s.duration_min} minutes"}
         if topic == "services":
             return {"services": _join([s.name for s in p.services])}
         if topic == "prices":
+            if service:
+                s = self._service(service)
+                return {"service": s.name, "price": p.price_text(s), "duration": f"{s.duration_min} minutes"}
             return {"prices": _join([f"{s.name} {p.price_text(s)}" for s in p.services])}
         raise Refusal(f"I can tell you about {_join(list(TOPICS))}, not {topic!r}.")
 

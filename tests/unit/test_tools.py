@@ -210,11 +210,6 @@ def test_business_info_topics(toolbox):
     assert toolbox.call("business_info", {"topic": "hours", "day": "sunday"})["hours"] == "closed"
     assert "closed Monday and Sunday" in toolbox.call("business_info", {"topic": "hours"})["hours"]
     assert toolbox.call("business_info", {"topic": "prices", "service": "trim"})["price"] == "$35"
-    # the services with one named are that one's facts ("do you do color?"), or the refusal of one not offered
-    assert toolbox.call("business_info", {"topic": "services", "service": "color"}) == {
-        "ok": True, "service": "hair coloring", "price": "$90", "duration": "90 minutes"}
-    assert "We don't offer" in toolbox.call("business_info", {"topic": "services", "service": "nails"})["error"]
-    assert "beard trim" in toolbox.call("business_info", {"topic": "services"})["services"]
     # the hours with a service named (held.held writes the service a question names) are the opening hours:
     # "I'd like my teeth whitened, what days are you open?"
     assert toolbox.call("business_info", {"topic": "hours", "service": "color"}) == toolbox.call(
