@@ -42,9 +42,12 @@ SCHEMAS = [
          "name": _SAID, "day": {"type": "string", "enum": list(DAYS), SAID: True},
          "time": {"type": "string", "description": "HH:MM, 24-hour clock", "pattern": CLOCK_PATTERN, SAID: True}, "service": _SAID},
          "required": ["service", "day", "time", "name"]}},  # the order the agent asks for them
-    {"name": "cancel_appointment", "description": "Cancel the caller's upcoming appointment (on a day, if several).",
+    {"name": "cancel_appointment",
+     "description": "Cancel the caller's upcoming appointment (on a day, at a time, if several).",
      "parameters": {"type": "object", "properties": {
-         "name": _SAID, "day": {"type": "string", "enum": list(DAYS), SAID: True}}, "required": ["name"]}},
+         "name": _SAID, "day": {"type": "string", "enum": list(DAYS), SAID: True},
+         "time": {"type": "string", "description": "HH:MM, 24-hour clock", "pattern": CLOCK_PATTERN, SAID: True}},
+         "required": ["name"]}},
     {"name": "list_appointments", "description": "The caller's upcoming appointments.",
      "parameters": {"type": "object", "properties": {"name": _SAID}, "required": ["name"]}},
     {"name": "current_datetime", "description": "Today's date, the time now and tomorrow's date at the business.",
@@ -74,6 +77,7 @@ class Toolbox:
     # (CONTROL_TOOLS): a draft may preview them (`preview`), and the turn runs them and compares. A tool with any
     # other effect is in neither set, and runs only once the turn is the caller's.
     PREVIEWED = frozenset({"book_appointment", "cancel_appointment", "transfer_to_human", "end_call"})
+    SLOTTED = frozenset({"check_availability", "book_appointment"})  # tools that take a slot to fill
 
     def __init__(self, profile: Profile, store: Store, now: Callable[[], datetime] | None = None):
         self.profile, self.store = profile, store
@@ -114,15 +118,15 @@ class Toolbox:
 
     def refusal(self, name: str, arguments: dict) -> dict | None:
         """What `call` would refuse in a call of tool `name` that lacks required details, judged on the ones it
-        has: a service the business does not offer, a day it is closed for a tool that takes a slot (a day and a
-        time); None when it refuses none of them. A front desk says "we don't offer waxing" before asking for a
+        has: a service the business does not offer, a day it is closed for a tool that takes a slot to fill
+        (SLOTTED); None when it refuses none of them. A front desk says "we don't offer waxing" before asking for a
         name, not after it."""
         properties = next((s for s in self.TOOLS if s["name"] == name), {}).get("parameters", {}).get("properties", {})
         service, day = arguments.get("service"), arguments.get("day")
         try:
             if "service" in properties and isinstance(service, str) and service.strip():
                 self._service(service)
-            if {"day", "time"} <= properties.keys() and isinstance(day, str) and day.strip():
+            if name in self.SLOTTED and isinstance(day, str) and day.strip():
                 self._hours_on(self._day(day))
         except Refusal as exc:
             return {"ok": False, "error": str(exc)}
@@ -322,16 +326,24 @@ class Toolbox:
             found = holding[0] if holding else []
         return (found[0].name if found else name.strip()), found
 
-    def _cancel_appointment(self, name: str, day: str | None = None) -> dict:
+    def _cancel_appointment(self, name: str, day: str | None = None, time: str | None = None) -> dict:
+        """A cancellation of the one booking under the whole `name` on `day` at `time` (each if given). A time
+        the caller gives that no booking of theirs has is refused, not ignored: the model cancelled "I'll call
+        back at 4, bye" and "can we make that 4 instead?" (the caller's words held the call to the time said,
+        app.agent.held), and the caller lost the booking at 3."""
         name, found = self._booked(name, whole=True)
         if not found and any(holds(name_words(a.name), name_words(name)) for a in self._upcoming()):
             raise Refusal(f"No appointment is booked under {name} alone. What is the whole name?")
         if day:
             d = self._day(day)
             found = [a for a in found if a.start.date() == d]
+        if time:
+            at = parse_time(time)
+            found = [a for a in found if a.start.time() == at]
         if not found:
             on = f" on {self._day(day).strftime('%A')}" if day else ""
-            raise Refusal(f"There is no appointment under {name}{on}.")
+            at = f" at {time_text(parse_time(time))}" if time else ""
+            raise Refusal(f"There is no appointment under {name}{on}{at}.")
         if len(found) > 1:
             raise Refusal(f"{name} has {len(found)} appointments: {_join([_appointment_text(a) for a in found])}.")
         self.store.remove(found[0].id)

@@ -160,6 +160,17 @@ def test_cancel_one_then_ask_which_day_when_several(toolbox):
     assert [a.start for a in toolbox.store.all()] == [datetime(2026, 12, 4, 15, 30)]
 
 
+def test_a_cancellation_at_a_time_no_booking_has_keeps_the_booking(toolbox):
+    # "I'll call back at 4, bye" after a booking at 3 was called as a cancellation at 4 PM, and cancelled the 3
+    book(toolbox)
+    assert toolbox.call("cancel_appointment", {"name": "Maria", "day": "friday", "time": "16:00"}) == {
+        "ok": False, "error": "There is no appointment under Maria on Friday at 4:00 PM."}
+    assert [a.start for a in toolbox.store.all()] == [datetime(2026, 12, 4, 15, 30)]
+    assert toolbox.call("cancel_appointment", {"name": "Maria", "time": "15:30"})["cancelled"] == \
+        "haircut on Friday, December 4 at 3:30 PM"
+    assert toolbox.store.all() == []
+
+
 def test_availability_lists_free_ranges_and_checks_one_time(toolbox):
     book(toolbox)
     free = toolbox.call("check_availability", {"day": "friday"})
