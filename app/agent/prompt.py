@@ -4,7 +4,7 @@ import json
 
 from app.agent.days import DAYS, time_text
 from app.agent.profile import Profile
-from app.agent.tools import SCHEMAS, Toolbox
+from app.agent.tools import SCHEMAS, UNLISTED, Toolbox
 
 
 _INSTRUCTIONS = """You are the voice assistant answering calls for {name}, {address}, phone {phone}.
@@ -35,6 +35,8 @@ def _signature(schema: dict) -> str:
     required = set(params.get("required", ()))
     args = []
     for key, spec in params["properties"].items():
+        if spec.get(UNLISTED):
+            continue
         text = key + ("" if key in required else "?")
         if "enum" in spec and key != "day":
             text += ": " + "|".join(spec["enum"])

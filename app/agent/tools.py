@@ -26,6 +26,11 @@ SLOT_MIN = 30  # availability is offered on this grid, in minutes
 
 # SAID: an argument the caller must have said (app.agent.said checks it against the conversation, for every tool)
 _SAID = {"type": "string", SAID: True}
+# An argument the embedded model's prompt leaves out of its tool's line (app.agent.prompt): the adapter was trained
+# on the tools without it. The reply grammar still holds a call to it when the caller says a value it takes
+# (app.agent.held): a cancellation's time. Listed, it moved the model's choice on held-out turns near a boundary
+# ("What can you do for me?" got the prices, not the services; "Connect, connect me to a real person." no transfer).
+UNLISTED = "x-unlisted"
 SCHEMAS = [
     {"name": "business_info", "description": "Opening hours, address, phone, services or prices of the business.",
      "parameters": {"type": "object", "properties": {
@@ -46,7 +51,8 @@ SCHEMAS = [
      "description": "Cancel the caller's upcoming appointment (on a day, at a time, if several).",
      "parameters": {"type": "object", "properties": {
          "name": _SAID, "day": {"type": "string", "enum": list(DAYS), SAID: True},
-         "time": {"type": "string", "description": "HH:MM, 24-hour clock", "pattern": CLOCK_PATTERN, SAID: True}},
+         "time": {"type": "string", "description": "HH:MM, 24-hour clock", "pattern": CLOCK_PATTERN, SAID: True,
+                  UNLISTED: True}},
          "required": ["name"]}},
     {"name": "list_appointments", "description": "The caller's upcoming appointments.",
      "parameters": {"type": "object", "properties": {"name": _SAID}, "required": ["name"]}},

@@ -325,6 +325,9 @@ def test_system_prompt_styles(toolbox):
     assert "<tool_call>" in full and '"name":"book_appointment"' in full
     with pytest.raises(ValueError, match="valid: parley, smollm, llada, dream"):
         system_prompt(toolbox.profile, toolbox, "gpt")
+    # the adapter's prompt lists the tools as it was trained on them: a cancellation's time is held, not listed
+    compact = system_prompt(toolbox.profile, toolbox, "smollm").splitlines()
+    assert "cancel_appointment(name, day?)" in compact and "book_appointment(name, day, time, service)" in compact
 
 
 class WithParking(Toolbox):
