@@ -6,8 +6,10 @@ forced on it; the decoder says, per token, the share of the model's probability 
 value written with almost none of it is dropped as unsaid (`free_shares`, UNMEANT_SHARE). A required detail the
 caller gave and the call left out is probed: the model writes the call again up to it (`probe_prefix`,
 `probed_value`). A trailing courtesy may turn an answer into small talk for the model: it is asked again without
-the caller's last few words, or its first and last (`courtesy_parts`). `CallCheck` applies these to an agent's
-generations.
+the caller's last few words, or its first and last (`courtesy_parts`). A question the model weighed a call for
+but would answer otherwise is answered by that call: the question before asked about another value
+(`CallCheck.followed_up`), a service the business offers (`asked_of_a_service`), a tool's topic (`named_topic`).
+`CallCheck` applies these to an agent's generations.
 """
 import json
 import logging
@@ -162,7 +164,8 @@ def _a_question(messages: list[dict]) -> bool:
 
 class CallCheck:
     """An agent's calls held to what the model meant and the caller said: `settled` (each call and what it lacks),
-    `made_up`, `acted_on_part` and the `reply_grammar` the generations are decoded under."""
+    `made_up`, `acted_on_part`, the questions answered by a call the model weighed (`followed_up`,
+    `asked_of_a_service`, `named_topic`) and the `reply_grammar` the generations are decoded under."""
 
     def __init__(self, engine, toolbox, options):
         self.engine, self.toolbox, self.options = engine, toolbox, options
