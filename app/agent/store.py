@@ -55,6 +55,13 @@ class Store:
         """Every appointment, by start time."""
         return self._rows("SELECT id, name, service, start, duration_min FROM appointments ORDER BY start")
 
+    def upcoming(self, since: datetime) -> list[Appointment]:
+        """The appointments that start at `since` or later, by start time (a start is a whole minute)."""
+        first = since.replace(second=0, microsecond=0)
+        first += timedelta(minutes=1) if first < since else timedelta(0)
+        sql = "SELECT id, name, service, start, duration_min FROM appointments WHERE start >= ? ORDER BY start"
+        return self._rows(sql, (first.strftime("%Y-%m-%dT%H:%M"),))
+
     def for_name(self, name: str, since: datetime | None = None) -> list[Appointment]:
         """The appointments booked under `name` (any case), from `since` on, by start time."""
         sql = ("SELECT id, name, service, start, duration_min FROM appointments "
@@ -123,7 +130,7 @@ class UnwrittenStore:
 
     def __init__(self, store: Store):
         self._store = store
-        self.on_date, self.all, self.for_name = store.on_date, store.all, store.for_name
+        self.on_date, self.all, self.upcoming, self.for_name = store.on_date, store.all, store.upcoming, store.for_name
 
     def add(self, name: str, service: str, start: datetime, duration_min: int) -> Appointment:
         self._store.check_free(start, duration_min)

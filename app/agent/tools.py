@@ -343,13 +343,13 @@ class Toolbox:
         if day:
             d = self._day(day)
             found = [a for a in found if a.start.date() == d]
-        if time:
-            at = parse_time(time)
+        at = parse_time(time) if time else None
+        if at is not None:
             found = [a for a in found if a.start.time() == at]
         if not found:
             on = f" on {self._day(day).strftime('%A')}" if day else ""
-            at = f" at {time_text(parse_time(time))}" if time else ""
-            raise Refusal(f"There is no appointment under {name}{on}{at}.")
+            at_text = f" at {time_text(at)}" if at is not None else ""
+            raise Refusal(f"There is no appointment under {name}{on}{at_text}.")
         if len(found) > 1:
             raise Refusal(f"{name} has {len(found)} appointments: {_join([_appointment_text(a) for a in found])}.")
         self.store.remove(found[0].id)
@@ -361,8 +361,7 @@ class Toolbox:
 
     def _upcoming(self) -> list[Appointment]:
         """Every appointment from now on, by start time."""
-        now = self.now()
-        return [a for a in self.store.all() if a.start >= now]
+        return self.store.upcoming(self.now())
 
     def _current_datetime(self) -> dict:
         now = self.now()  # tomorrow's date too: callers ask it, and a reply should not have to count days

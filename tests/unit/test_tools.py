@@ -358,3 +358,12 @@ def test_a_new_tool_is_one_schema_and_one_method(toolbox):
     assert [(c.name, c.result["ok"]) for c in turn.tool_calls] == [("parking_info", True)]
     assert turn.reply == "You can park for free behind the building."
     assert Toolbox(toolbox.profile, toolbox.store).call("parking_info", {})["ok"] is False   # the salon has none
+
+
+def test_upcoming_appointments_start_at_or_after_the_moment_asked():
+    store = open_store(":memory:")
+    store.add("Maria", "haircut", datetime(2026, 12, 8, 10, 20), 30)
+    store.add("Omar", "haircut", datetime(2026, 12, 8, 11, 0), 30)
+    assert [a.name for a in store.upcoming(datetime(2026, 12, 8, 10, 20))] == ["Maria", "Omar"]
+    assert [a.name for a in store.upcoming(datetime(2026, 12, 8, 10, 20, 30))] == ["Omar"]  # 10:20 has begun
+    assert store.upcoming(datetime(2026, 12, 8, 11, 0, 0, 1)) == []
