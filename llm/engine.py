@@ -112,6 +112,7 @@ class Engine:
         # the batcher whose forwards the generations running at once share
         self._caches = _Caches(model)
         self.batcher = PassBatcher(model, special.mask)
+        self._last_probabilities: tuple[list[int], torch.Tensor] | None = None  # _next_probabilities's last
 
     def prompt_ids(self, messages: list[dict]) -> list[int]:
         """The conversation in this model's chat format, tokenized, ending with the assistant header."""
@@ -178,28 +179,32 @@ class Engine:
         ends = {self.tokenizer.token_to_id(t) for t in (chat.END_OF_TURN[self.chat_style], ".", "?", "!")} - {None}
         return float(probabilities[sorted(ends)].sum())
 
-    @torch.inference_mode()
     def first_token_probabilities(self, messages: list[dict]) -> torch.Tensor:
-        """The model's probabilities (fp32, (vocab,)) for the first token of its reply to `messages`: one pass over
-        the prompt's positions the reused KV cache does not hold, whose keys stay there for the reply that follows.
-        Needs a model decoded left to right with the block cache (SmolLM2's)."""
-        if not self.left_to_right:
-            raise ValueError("the first token's probabilities need a model pretrained left to right")
-        return self._next_probabilities(self.prompt_ids(messages))
+        """The model's probabilities (fp32, (vocab,)) for the first token of its reply to `messages`
+        (`next_token_probabilities`)."""
+        return self.next_token_probabilities(messages, ())
 
     @torch.inference_mode()
-    def next_token_probabilities(self, messages: list[dict], written: list[int]) -> torch.Tensor:
+    def next_token_probabilities(self, messages: list[dict], written=()) -> torch.Tensor:
         """The model's probabilities (fp32, (vocab,)) for the token of its reply to `messages` that follows the
-        reply's first tokens `written`, as `first_token_probabilities`."""
+        reply's first tokens `written`: one pass over the positions the reused KV cache does not hold, whose keys
+        stay there for the reply that follows; none when the last call asked for the same tokens (the agent's
+        checks of one turn ask for its first token's more than once). Needs a model decoded left to right with
+        the block cache (SmolLM2's)."""
         if not self.left_to_right:
             raise ValueError("the next token's probabilities need a model pretrained left to right")
         return self._next_probabilities(self.prompt_ids(messages) + list(written))
 
     def _next_probabilities(self, ids: list[int]) -> torch.Tensor:
+        last = self._last_probabilities  # one read: another session's call may replace it meanwhile
+        if last is not None and last[0] == ids:
+            return last[1]
         self._check_fits(len(ids), 1)
         with self._caches.lent(ids) as prefix, self.batcher.joined() as run:
             logits = next_token_logits(self.model, ids, prefix, self.special.mask, run=run)
-        return torch.softmax(logits, dim=-1)
+        probabilities = torch.softmax(logits, dim=-1)
+        self._last_probabilities = (list(ids), probabilities)
+        return probabilities
 
     @torch.inference_mode()
     def prefill(self, messages: list[dict], cancel: threading.Event | None = None) -> None:
