@@ -4,7 +4,8 @@ Synchronous on purpose: the session runs `Agent.respond` in an executor, so gene
 The model asks for a tool with `<tool_call>{"name": ..., "arguments": {...}}</tool_call>`; the agent runs it, feeds
 the result back as a `tool` message and lets the model speak a reply grounded in that result. With the embedded
 brain (cache "block"), the reply is decoded under a grammar of the tools' schemas (app.agent.schema_grammar), its
-calls held to the details the conversation said (app.agent.said) and to what the model meant (app.agent.meant).
+calls held to the details the conversation said (app.agent.said) and to what the model meant (app.agent.meant), and
+made where the model weighed one the caller's words ask for (app.agent.weighed).
 """
 import logging
 import threading
@@ -16,6 +17,7 @@ from app.agent.protocol import (TOOL_CALL_OPEN, ToolCall, TurnResult, forget_mes
                                 parse_tool_calls, retract_last_user_turn, tool_message)
 from app.agent.said import missing_result
 from app.agent.speech_filter import SpeechFilter
+from app.agent.weighed import Weighed
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +48,7 @@ class Agent:
         self.system_prompt = system_prompt
         self.options = options
         self.check = CallCheck(engine, toolbox, options)  # what the model meant by its calls, and what they lack
+        self.weighed = Weighed(self.check)  # calls the model weighed but would not make, made when asked for
         self.messages: list[dict] = []   # the dialogue so far, system excluded
         self._first = 0                  # with max_history_turns 0, the first message the prompt keeps (prompt)
         self._lock = threading.Lock()    # respond and truncate_last_reply come from different threads
@@ -119,10 +122,10 @@ class Agent:
             matcher = None if replies is None else replies.start()
             written, asked = list(getattr(resume, "ids", None) or []), 0.0
             if matcher is not None and not written and not speech_only:
-                acted, asked = self.check.acted_on_part(messages, replies, cancel)
+                acted, asked = self.weighed.acted_on_part(messages, replies, cancel)
                 if acted is not None:
                     return acted
-                for ask in (self.check.followed_up, self.check.asked_of_a_service, self.check.named_topic):
+                for ask in (self.weighed.followed_up, self.weighed.asked_of_a_service, self.weighed.named_topic):
                     called, seconds = ask(messages, replies, cancel)
                     asked += seconds
                     if called is not None:

@@ -1,27 +1,22 @@
 """What the model meant by its calls: the shares of its probability a call's values had under the reply grammar,
-the details it left out but gives when asked (probes), and the part of a caller's turn it acts on.
+and the details it left out but gives when asked (probes).
 
 The reply grammar holds a call to the details said (app.agent.held.held), so a value the model did not mean may be
 forced on it; the decoder says, per token, the share of the model's probability the grammar allowed, and a free
 value written with almost none of it is dropped as unsaid (`free_shares`, UNMEANT_SHARE). A required detail the
 caller gave and the call left out is probed: the model writes the call again up to it (`probe_prefix`,
-`probed_value`). A trailing courtesy may turn an answer into small talk for the model: it is asked again without
-the caller's last few words, or its first and last (`courtesy_parts`). A question the model weighed a call for
-but would answer otherwise is answered by that call: the question before asked about another value
-(`CallCheck.followed_up`), a service the business offers (`asked_of_a_service`), a tool's topic (`named_topic`).
-`CallCheck` applies these to an agent's generations.
+`probed_value`). `CallCheck` applies these to an agent's generations; the calls a turn is made to open with when
+the model weighed them (a courtesy left out, a question answered by a call) are app.agent.weighed's.
 """
 import json
 import logging
 import re
 import threading
-import time
 
 from app.agent import schema_grammar
-from app.agent.protocol import TOOL_CALL_OPEN, TOOL_CALL_RE, compact, parse_tool_calls, read_tool_message
-from app.agent.held import fullest, held, known, named_alone, says_a_value
-from app.agent.said import (SAID, Said, invented, is_free, latest_user, latest_words, name_words, names_last, rests_on,
-                            settle, value_words)
+from app.agent.protocol import TOOL_CALL_OPEN, TOOL_CALL_RE, compact
+from app.agent.held import fullest, held, known, says_a_value
+from app.agent.said import Said, invented, is_free, name_words, names_last, settle, value_words
 from app.agent.spoken_times import times_in
 
 log = logging.getLogger(__name__)
@@ -32,22 +27,6 @@ PROBE_TOKENS = 16       # the most tokens a probe writes for one value (a name o
 # 2026-12-04): names the callers gave had 0.72-1.0; greetings, days and sentence starts probed as names ("Hiya",
 # "Tuesday", "Could") up to 0.38. Taking every probed value, the salon made 5 calls where none was needed.
 PROBED_SHARE = 0.5
-# A caller's last few words may be a courtesy that turns an answer into small talk for the model: "Joaquin Santos,
-# thanks." (asked for a name) drew "You're welcome!" with 0.001 of its probability on a call, "Joaquin Santos." a
-# call. When the model would not call for the whole turn, it is asked again without up to this many last words
-# (and a short first clause: "Hello, Kenji, thanks." drew "You're welcome!" at an optician, 2026-12-04), and the
-# reply opens with a call when it would call for what is left (CALL_SHARE of its probability).
-COURTESY_WORDS = 4
-CALL_SHARE = 0.5
-
-# A question that names only another value for a detail of the question before it ("how much is a haircut?",
-# then "okay and uh, a beard trim?") asks that question again (`CallCheck.followed_up`). The adapted brain took
-# such turns for bookings: it wrote book_appointment with 0.62-0.71 of its probability on the tool's name and the
-# question before it, business_info, 0.12-0.47 (the salon, 2026-12-05); a booking said as one ("ok a haircut then
-# please", no question) gave business_info 0.08, "can I book a haircut then?" none. Below this share, the model
-# did not consider the question before it at all.
-FOLLOW_SHARE = 0.05
-
 UNMEANT_SHARE = 0.02  # below this share of the model's probability on what the grammar allowed, a value was forced
 _STRING_PAIR = re.compile(r'"((?:[^"\\]|\\.)*)"\s*:\s*"((?:[^"\\]|\\.)*)"')
 
@@ -107,245 +86,12 @@ def probed_value(text: str, start: int, offsets: list[int], shares: list[float])
     return json.loads(value.group(1)), min((shares[i] for i in tokens), default=0.0)
 
 
-_SENTENCE_WORDS = re.compile(r"[\w']+")
-_CLAUSE_END = re.compile(r"[,;.?!]+(?=\s)")
-
-
-def leading_parts(text: str, most_words: int) -> list[str]:
-    """`text` without its last clause, then without its last two, and so on, longest first, while the words left
-    out are at most `most_words` and some remain: "Joaquin Santos, thanks, thanks." -> ["Joaquin Santos, thanks.",
-    "Joaquin Santos."]. A clause ends at a comma or a sentence end; each part ends as a sentence does, as a speech
-    recognizer writes it."""
-    text = text.strip()
-    parts = []
-    for cut in reversed(list(_CLAUSE_END.finditer(text))):
-        lead = text[:cut.start()].strip()
-        if not _SENTENCE_WORDS.search(lead) or len(_SENTENCE_WORDS.findall(text[cut.start():])) > most_words:
-            break
-        parts.append(lead + (cut.group().strip(",;")[-1:] or "."))
-    return parts
-
-
-def courtesy_parts(text: str, most_words: int) -> list[str]:
-    """The parts of `text` a courtesy around it may hide: `leading_parts`, then, when its first clause is shorter
-    than the rest (a greeting, not the answer), the text without it and the leading parts of what is left, while
-    the words left out in all are at most `most_words`: "Hello, Kenji, thanks." -> ["Hello, Kenji.", "Hello.",
-    "Kenji, thanks.", "Kenji."]; "Joaquin Santos, thanks." -> ["Joaquin Santos."]."""
-    text = text.strip()
-    parts = leading_parts(text, most_words)
-    first = _CLAUSE_END.search(text)
-    if first is None:
-        return parts
-    rest, dropped = text[first.end():].strip(), len(_SENTENCE_WORDS.findall(text[:first.start()]))
-    if 0 < dropped < min(most_words, len(_SENTENCE_WORDS.findall(rest))):
-        parts += [rest, *leading_parts(rest, most_words - dropped)]
-    return parts
-
-
-def question_before(messages: list[dict]) -> tuple[str, dict] | None:
-    """The one call (tool name, arguments) the agent made for the caller's turn before their latest in
-    `messages`, when it made one and its result was not a refusal; else None."""
-    latest = latest_user(messages)
-    before = max((i for i in range(max(latest, 0)) if messages[i]["role"] == "user"), default=-1)
-    if before < 0:
-        return None
-    between = messages[before + 1:latest]
-    calls = [call for m in between if m["role"] == "assistant" for call in parse_tool_calls(m["content"])[0]]
-    results = [read for m in between for read in [read_tool_message(m)] if read is not None]
-    if len(calls) != 1 or len(results) != 1 or not calls[0][0] or results[0][1].get("ok") is not True:
-        return None
-    return calls[0]
-
-
-def _a_question(messages: list[dict]) -> bool:
-    """Whether `messages` end with the caller's turn, and it ends as a question does."""
-    return bool(messages) and messages[-1]["role"] == "user" and messages[-1]["content"].rstrip().endswith("?")
-
-
 class CallCheck:
     """An agent's calls held to what the model meant and the caller said: `settled` (each call and what it lacks),
-    `made_up`, `acted_on_part`, the questions answered by a call the model weighed (`followed_up`,
-    `asked_of_a_service`, `named_topic`) and the `reply_grammar` the generations are decoded under."""
+    `made_up` and the `reply_grammar` the generations are decoded under."""
 
     def __init__(self, engine, toolbox, options):
         self.engine, self.toolbox, self.options = engine, toolbox, options
-
-    def acted_on_part(self, messages: list[dict], replies, cancel) -> tuple[object | None, float]:
-        """The call the model writes for the caller's last turn without its last few words (`_called_part`), when
-        it lacks nothing the tool needs (`settled`, probes included) and holds a detail the part says
-        (app.agent.said.rests_on), and the seconds this took (the generation's own included); (None, seconds)
-        otherwise: a call the caller's words did not ask for is not made for them, the model answers the whole
-        turn its own way."""
-        started = time.perf_counter()
-        opening = self.engine.tokenizer.encode(TOOL_CALL_OPEN, add_special_tokens=False).ids
-        part = self._called_part(messages, opening[0])
-        matcher = None if part is None else replies.start()
-        if matcher is None or not all(matcher.accept(t) for t in opening):
-            return None, time.perf_counter() - started
-        opts = self.options
-        gen = self.engine.generate(messages[:-1] + [{"role": "user", "content": part}],
-                                   max_new_tokens=opts.max_new_tokens, block_length=opts.block_length,
-                                   threshold=opts.threshold, use_cache="block", cancel=cancel, matcher=matcher,
-                                   draft_length=opts.draft_length, written=opening)
-        calls, spoken = parse_tool_calls(gen.text)
-        settled = self.settled(calls, gen, messages) if calls and not spoken else []
-        seconds = time.perf_counter() - started
-        if gen.stopped == "cancelled" or not settled or any(not name or missing for name, _, missing in settled):
-            log.debug("the call for %r lacks details: %r", part, gen.text)
-            return None, seconds
-        schemas, profile = self.toolbox.schemas(), self.toolbox.profile
-        if not any(rests_on(name, arguments, schemas, [part], profile) for name, arguments, _ in settled):
-            # "Okay so, Awesome." drew the bike shop's hours, where "Okay so, Awesome, thank you." wanted small talk
-            log.debug("the call for %r holds nothing its words said: %r", part, gen.text)
-            return None, seconds
-        gen.seconds = seconds
-        return gen, seconds
-
-    def followed_up(self, messages: list[dict], replies, cancel) -> tuple[object | None, float]:
-        """The call that asks the caller's question before again, for a question that says nothing but another
-        value of its details: "okay and uh, a beard trim?" after "how much is a haircut?" was answered. The
-        model, opening its reply with a call, considered the call before (`question_before`, a tool that only
-        reads) but preferred another (at least FOLLOW_SHARE of its probability on that tool's name, not the
-        most); it writes the call before's tool with the details of its choice, and that call is the reply's
-        when it lacks nothing and differs from the call before only in details it had, each of which the
-        caller's latest words say (app.agent.said.rests_on). The generation and the seconds this took; (None,
-        seconds) otherwise, and the model answers its own way. One pass over a few tokens past the prompt (whose
-        keys the reply reuses) for each question after a call that read."""
-        started = time.perf_counter()
-        before = question_before(messages)
-        read_only = getattr(self.toolbox, "read_only", None)
-        if before is None or read_only is None or not read_only(before[0]) or not _a_question(messages):
-            return None, time.perf_counter() - started
-        name, asked = before
-        gen, settled, share = self._weighed(messages, replies, cancel, name)
-        seconds = time.perf_counter() - started
-        if not settled or settled[0][2]:
-            return None, seconds
-        arguments, schemas, last = settled[0][1], self.toolbox.schemas(), [latest_words(messages)]
-        changed = {k for k in asked.keys() | arguments.keys() if asked.get(k) != arguments.get(k)}
-        if not changed or any(k not in asked or k not in arguments or not rests_on(
-                name, {k: arguments[k]}, schemas, last, self.toolbox.profile) for k in changed):
-            log.debug("the question before, asked again, is not the caller's (share %.3f): %r", share, gen.text)
-            return None, seconds
-        log.debug("the question before, asked again (share %.3f): %r", share, gen.text)
-        gen.seconds = seconds
-        return gen, seconds
-
-    def named_topic(self, messages: list[dict], replies, cancel) -> tuple[object | None, float]:
-        """The call of the one tool a question names the topic of: "great, what was the price again?" names
-        business_info's topic "prices" (app.agent.held.named_alone: an enum the caller need not say, named by
-        the latest words alone), and the model, which gave that tool 0.16 of its probability, checked free times
-        (0.76). When the model weighed the tool (`_weighed`) it writes that tool's call, and that is the reply's
-        when it lacks nothing and holds the value named. The generation and the seconds this took; (None,
-        seconds) otherwise."""
-        started = time.perf_counter()
-        if not _a_question(messages):
-            return None, time.perf_counter() - started
-        said_last = Said([messages[-1]["content"]], self.toolbox.profile)
-        named = {(s["name"], key, value) for s in self.toolbox.schemas()
-                 for properties in [s["parameters"].get("properties", {})]
-                 for key, spec in properties.items()
-                 if not spec.get(SAID) and spec.get("type") == "string" and "enum" in spec
-                 for value in [named_alone(key, properties, said_last)] if value is not None}
-        if len({name for name, _, _ in named}) != 1:
-            return None, time.perf_counter() - started
-        (name, key, value), = named
-        gen, settled, share = self._weighed(messages, replies, cancel, name)
-        seconds = time.perf_counter() - started
-        if not settled or settled[0][2] or settled[0][1].get(key) != value:
-            return None, seconds
-        log.debug("the tool whose topic the question names (share %.3f): %r", share, gen.text)
-        gen.seconds = seconds
-        return gen, seconds
-
-    def _weighed(self, messages: list[dict], replies, cancel, name: str) -> tuple[object | None, list, float]:
-        """The model's reply to `messages` written as a call of tool `name`, when the model, opening its reply
-        with a call (CALL_SHARE), weighed that tool but preferred another: at least FOLLOW_SHARE of its
-        probability on the first token of the tool's name (the tools' names begin with different tokens), not
-        the most. The generation, its call as `settled` holds it (`_one_call`; [] unless it is one call of
-        `name`), and that share; (None, [], share) when the model called it on its own or did not weigh it."""
-        probabilities = getattr(self.engine, "next_token_probabilities", None)
-        if probabilities is None:
-            return None, [], 0.0
-        tokenizer = self.engine.tokenizer
-        opening = tokenizer.encode(TOOL_CALL_OPEN + '{"name":"', add_special_tokens=False).ids
-        written = tokenizer.encode(TOOL_CALL_OPEN + '{"name":"' + name, add_special_tokens=False).ids
-        if written[:len(opening)] != opening or len(written) == len(opening) \
-                or float(probabilities(messages, [])[opening[0]]) < CALL_SHARE:
-            return None, [], 0.0
-        shares = probabilities(messages, opening)
-        share = float(shares[written[len(opening)]])
-        if share < FOLLOW_SHARE or share >= float(shares.max()):
-            return None, [], share
-        gen, settled = self._one_call(messages, replies, cancel, written)
-        return gen, [call for call in settled if call[0] == name], share
-
-    def asked_of_a_service(self, messages: list[dict], replies, cancel) -> tuple[object | None, float]:
-        """The call the model writes for a question that names a service the business offers, when it would
-        answer in words: "do you do fillings?" and "do you offer teeth whitening?" drew "I'm sorry, I can't help
-        with that." from the adapted brain (0.39-0.47 of its probability on a call; given one, it wrote
-        business_info with 0.82-0.94). What a business offers is a fact of its tools, as the system prompt says:
-        the reply opens with a call, the model writes which, and it is the reply's when it holds a service the
-        question names (a booking that lacks the day asks for it). The generation and the seconds this took;
-        (None, seconds) otherwise. One pass over the question's few tokens the reused KV cache does not hold."""
-        started = time.perf_counter()
-        probabilities = getattr(self.engine, "first_token_probabilities", None)
-        profile, text = self.toolbox.profile, messages[-1]["content"] if messages else ""
-        if probabilities is None or profile is None or not _a_question(messages):
-            return None, time.perf_counter() - started
-        named = Said([text], profile).services_named([s.name for s in profile.services])
-        opening = self.engine.tokenizer.encode(TOOL_CALL_OPEN, add_special_tokens=False).ids
-        if not named or float(probabilities(messages)[opening[0]]) >= CALL_SHARE:
-            return None, time.perf_counter() - started  # no service named, or the model calls on its own
-        gen, settled = self._one_call(messages, replies, cancel, opening)
-        seconds = time.perf_counter() - started
-        service = lambda value: getattr(profile.service(value), "name", None) if isinstance(value, str) else None  # noqa: E731
-        if not settled or not any(service(v) in named for v in settled[0][1].values()):
-            log.debug("the call for a question of a service holds none it names: %r", gen and gen.text)
-            return None, seconds
-        log.debug("a question of a service, answered by a call: %r", gen.text)
-        gen.seconds = seconds
-        return gen, seconds
-
-    def _one_call(self, messages: list[dict], replies, cancel, written: list[int]) -> tuple[object | None, list]:
-        """The model's reply to `messages` that begins with the tokens `written` (a call's opening), under the
-        reply grammar, and its one call as `settled` holds it ([] for a reply that is not one call alone, or was
-        cancelled); (None, []) when the grammar does not take `written`."""
-        matcher = replies.start()
-        if not all(matcher.accept(t) for t in written):
-            return None, []
-        opts = self.options
-        gen = self.engine.generate(messages, max_new_tokens=opts.max_new_tokens, block_length=opts.block_length,
-                                   threshold=opts.threshold, use_cache="block", cancel=cancel, matcher=matcher,
-                                   draft_length=opts.draft_length, written=written)
-        calls, spoken = parse_tool_calls(gen.text)
-        if gen.stopped == "cancelled" or len(calls) != 1 or spoken or not calls[0][0]:
-            return gen, []
-        return gen, self.settled(calls, gen, messages)
-
-    def _called_part(self, messages: list[dict], opening: int) -> str | None:
-        """The caller's last turn in `messages` without a few words at its end or its start (`courtesy_parts`,
-        COURTESY_WORDS), when the model would open its reply to that with a call and would not to the whole turn
-        (CALL_SHARE of its probability on a call's first token); else None. The decision to act is the model's, on
-        what the caller asked: a trailing "thanks" or "see you then" does not make an answer small talk, and the
-        call is the one the model writes for the words it acts on (for the whole turn, having begun a call, it
-        may write another: "Emeka, thanks." after "Can I have your name?" transferred the call). One pass over the
-        few tokens the reused KV cache does not hold, per part asked; none for a turn of one clause. opening: the
-        id of a call's first token."""
-        probabilities = getattr(self.engine, "first_token_probabilities", None)
-        if probabilities is None or not messages or messages[-1]["role"] != "user":
-            return None
-        parts = courtesy_parts(messages[-1]["content"], COURTESY_WORDS)
-        if not parts:
-            return None
-        if float(probabilities(messages)[opening]) >= CALL_SHARE:
-            return None  # the model opens with a call on its own
-        for part in parts:
-            share = float(probabilities(messages[:-1] + [{"role": "user", "content": part}])[opening])
-            if share >= CALL_SHARE:
-                log.debug("a call for %r without its last words (%r: %.3f)", messages[-1]["content"], part, share)
-                return part
-        return None
 
     def settled(self, calls: list[tuple[str, dict]], gen, messages: list[dict],
                 spent: list | None = None) -> list[tuple[str, dict, list[str]]]:

@@ -228,7 +228,7 @@ def test_a_new_business_price_question_is_answered_from_its_profile(brain):
 ])
 def test_a_follow_up_asks_the_last_question_about_another_service(brain, profile, question, follow_up, service,
                                                                    price):
-    # the last two were taken for bookings: "What day would you like to come in?" (CallCheck.followed_up)
+    # the last two were taken for bookings: "What day would you like to come in?" (Weighed.followed_up)
     agent = agent_for(brain, profile)
     agent.respond(question)
     turn = agent.respond(follow_up)
@@ -241,7 +241,7 @@ def test_a_follow_up_asks_the_last_question_about_another_service(brain, profile
     (None, "is hair coloring something you do?", "hair coloring"),
 ])
 def test_a_question_of_a_service_offered_is_answered_from_the_profile(brain, profile, question, service):
-    # both drew "I'm sorry, I can't help with that." (CallCheck.asked_of_a_service); the model writes the
+    # both drew "I'm sorry, I can't help with that." (Weighed.asked_of_a_service); the model writes the
     # services or the price, with the service
     turn = agent_for(brain, profile).respond(question)
     assert [(name, args.get("service")) for name, args in calls(turn)] == [("business_info", service)], turn.reply
@@ -249,7 +249,7 @@ def test_a_question_of_a_service_offered_is_answered_from_the_profile(brain, pro
 
 
 def test_the_price_asked_for_after_a_booking_is_read_not_the_free_times(brain):
-    # the free times of the booking's day were read out (CallCheck.named_topic)
+    # the free times of the booking's day were read out (Weighed.named_topic)
     agent = agent_for(brain)
     assert agent.respond("can I get a blow dry tomorrow at 10? name's Priya Shah").tool_calls[0].result["ok"]
     turn = agent.respond("great, what was the price again?")
@@ -301,7 +301,7 @@ def test_a_name_given_turns_ago_is_booked_not_asked_for_again(brain, history, la
 def test_an_answer_with_thanks_after_it_is_acted_on(brain, profile, history, last, booking):
     """Asked for a detail, a caller who gives it and thanks the agent in the same breath was told "You're
     welcome!" by the adapter (training holds "thanks" out as a tail); the turn without its courtesy is acted on
-    (CallCheck._called_part)."""
+    (Weighed._called_part)."""
     agent = agent_for(brain, profile)
     agent.messages = [{"role": ("user", "assistant")[i % 2], "content": text} for i, text in enumerate(history)]
     turn = agent.respond(last)

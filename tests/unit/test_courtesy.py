@@ -1,4 +1,4 @@
-"""A caller's last few words do not turn an answer into small talk (app.agent.meant.CallCheck._called_part): when the
+"""A caller's last few words do not turn an answer into small talk (app.agent.weighed.Weighed._called_part): when the
 model would open its reply to the turn without them with a call, and would not to the whole turn, the reply opens
 with the call it writes for those words. "Joaquin Santos, thanks." after "Can I have your name?" drew "You're
 welcome!" from the adapted brain; "Joaquin Santos." a booking."""
@@ -12,7 +12,7 @@ from app.agent.loop import Agent
 from app.agent.options import AgentOptions
 from app.agent.profile import load_profile
 from app.agent.protocol import TOOL_CALL_OPEN, format_tool_call
-from app.agent.meant import courtesy_parts, leading_parts
+from app.agent.weighed import courtesy_parts, leading_parts
 from app.agent.store import open_store
 from app.agent.tools import Toolbox
 from tests.checkpoints import train_bpe

@@ -1,11 +1,11 @@
 """Questions answered by a call the model weighed but would not make.
 
 A question that names only another value of the question before it asks that question again
-(app.agent.meant.CallCheck.followed_up): "okay and uh, a beard trim?" after "how much is a haircut?" was answered
+(app.agent.weighed.Weighed.followed_up): "okay and uh, a beard trim?" after "how much is a haircut?" was answered
 is the beard trim's price. The adapted brain took it for a booking (book_appointment with 0.62 of its probability on
 the tool's name, business_info 0.19) and asked "What day would you like to come in?".
 
-A question that names a service the business offers is answered by a call (CallCheck.asked_of_a_service): "do you
+A question that names a service the business offers is answered by a call (Weighed.asked_of_a_service): "do you
 do fillings?" drew "I'm sorry, I can't help with that." (0.39 of the model's probability on a call)."""
 from datetime import datetime
 from types import SimpleNamespace
@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from app.agent.loop import Agent
-from app.agent.meant import question_before
+from app.agent.weighed import question_before
 from app.agent.options import AgentOptions
 from app.agent.profile import load_profile
 from app.agent.protocol import TOOL_CALL_OPEN, format_tool_call, tool_message
