@@ -125,7 +125,8 @@ class Agent:
                 acted, asked = self.weighed.acted_on_part(messages, replies, cancel)
                 if acted is not None:
                     return acted
-                for ask in (self.weighed.followed_up, self.weighed.asked_of_a_service, self.weighed.named_topic):
+                for ask in (self.weighed.followed_up, self.weighed.asked_of_a_service, self.weighed.named_topic,
+                            self.weighed.named_tool):
                     called, seconds = ask(messages, replies, cancel)
                     asked += seconds
                     if called is not None:

@@ -6,7 +6,9 @@ grammar and `CallCheck.settled` like any other (app.agent.meant):
   last few words, or its first and last (`courtesy_parts`, `Weighed.acted_on_part`);
 - a question the model weighed a call for but would answer otherwise is answered by that call: the question
   before asked about another value (`Weighed.followed_up`), a service the business offers
-  (`asked_of_a_service`), a tool's topic (`named_topic`).
+  (`asked_of_a_service`), a tool's topic (`named_topic`);
+- a turn that names what a tool taking no details does is answered by that tool, when the model would call it
+  were it to call at all (`Weighed.named_tool`).
 """
 import logging
 import re
@@ -33,6 +35,15 @@ CALL_SHARE = 0.5
 # please", no question) gave business_info 0.08, "can I book a haircut then?" none. Below this share, the model
 # did not consider the question before it at all.
 FOLLOW_SHARE = 0.05
+
+# A tool that takes no details (a transfer, the date, hanging up) is asked for by what it does, in the words of its
+# description: "Connect me to a real person." ("Hand the call to a person on the staff.") drew "I'm sorry, I can't
+# help with that." at three of four businesses' held-out calls, the model giving a call 0.25-0.48 of its
+# probability and the transfer 0.78-0.96 of a call's (2026-12-05). "I need help" (0.27, the transfer 0.91) names
+# nothing the transfer does; "is this a real person?" names a person, and a call would have been business_info
+# (the transfer 0.005-0.008). At least this share of a call's probability on the tool's name: the model's choice.
+NAMED_SHARE = 0.75
+_DESCRIPTION_WORD = 4  # the shortest word of a tool's description that names what it does ("call", not "the")
 
 
 _SENTENCE_WORDS = re.compile(r"[\w']+")
@@ -90,10 +101,16 @@ def _a_question(messages: list[dict]) -> bool:
     return bool(messages) and messages[-1]["role"] == "user" and messages[-1]["content"].rstrip().endswith("?")
 
 
+def description_words(schema: dict) -> set[str]:
+    """The words of a tool's description that may name what it does: "Hand the call to a person on the staff." ->
+    {"hand", "call", "person", "staff"}."""
+    return {w for w in _SENTENCE_WORDS.findall(schema.get("description", "").lower()) if len(w) >= _DESCRIPTION_WORD}
+
+
 class Weighed:
     """The calls a turn's first generation may be made to open with (`acted_on_part`, `followed_up`,
-    `asked_of_a_service`, `named_topic`), each with the seconds it took; `check` (app.agent.meant.CallCheck) holds
-    them as the model's own calls are held."""
+    `asked_of_a_service`, `named_topic`, `named_tool`), each with the seconds it took; `check`
+    (app.agent.meant.CallCheck) holds them as the model's own calls are held."""
 
     def __init__(self, check):
         self.check = check
@@ -186,6 +203,38 @@ class Weighed:
         log.debug("the tool whose topic the question names (share %.3f): %r", share, gen.text)
         gen.seconds = seconds
         return gen, seconds
+
+    def named_tool(self, messages: list[dict], replies, cancel) -> tuple[object | None, float]:
+        """The call of a tool that takes no details, for a turn that says a word of its description, when the model
+        would answer in words but, opening a call, would write that tool's (NAMED_SHARE of its probability on the
+        name): "Connect me to a real person." is the transfer. Nothing the call holds can be made up: it holds
+        nothing. The generation and the seconds this took; (None, seconds) otherwise. One pass over a few tokens
+        past the prompt, for a turn that names such a tool."""
+        started = time.perf_counter()
+        probabilities = getattr(self.engine, "next_token_probabilities", None)
+        if probabilities is None or not messages or messages[-1]["role"] != "user":
+            return None, time.perf_counter() - started
+        said = set(_SENTENCE_WORDS.findall(messages[-1]["content"].lower()))
+        named = [s["name"] for s in self.toolbox.schemas()
+                 if not s["parameters"].get("properties") and said & description_words(s)]
+        tokenizer = self.engine.tokenizer
+        opening = tokenizer.encode(TOOL_CALL_OPEN + '{"name":"', add_special_tokens=False).ids
+        if not named or float(probabilities(messages, [])[opening[0]]) >= CALL_SHARE:
+            return None, time.perf_counter() - started  # nothing named, or the model calls on its own
+        shares = probabilities(messages, opening)
+        for name in named:
+            written = tokenizer.encode(TOOL_CALL_OPEN + '{"name":"' + name, add_special_tokens=False).ids
+            if written[:len(opening)] != opening or len(written) == len(opening):
+                continue
+            share = float(shares[written[len(opening)]])
+            if share < NAMED_SHARE:
+                continue
+            gen, settled = self._one_call(messages, replies, cancel, written)
+            if settled and settled[0][0] == name and not settled[0][2]:
+                log.debug("a tool named by what it does (share %.3f): %r", share, gen.text)
+                gen.seconds = time.perf_counter() - started
+                return gen, gen.seconds
+        return None, time.perf_counter() - started
 
     def _weighed(self, messages: list[dict], replies, cancel, name: str) -> tuple[object | None, list, float]:
         """The model's reply to `messages` written as a call of tool `name`, when the model, opening its reply

@@ -248,6 +248,14 @@ def test_a_question_of_a_service_offered_is_answered_from_the_profile(brain, pro
     assert service in turn.reply and "sorry" not in turn.reply
 
 
+@pytest.mark.parametrize("profile", [EYE_CARE, DENTIST])
+def test_a_caller_who_asks_for_a_person_is_transferred(brain, profile):
+    # "Connect me to a real person." drew "I'm sorry, I can't help with that." (a call 0.25-0.41 of the model's
+    # probability, the transfer 0.95 of a call's: Weighed.named_tool); "I need help" names nothing a tool does
+    assert calls(agent_for(brain, profile).respond("Connect me to a real person.")) == [("transfer_to_human", {})]
+    assert calls(agent_for(brain, profile).respond("I need help")) == []
+
+
 def test_the_price_asked_for_after_a_booking_is_read_not_the_free_times(brain):
     # the free times of the booking's day were read out (Weighed.named_topic)
     agent = agent_for(brain)

@@ -6,7 +6,10 @@ is the beard trim's price. The adapted brain took it for a booking (book_appoint
 the tool's name, business_info 0.19) and asked "What day would you like to come in?".
 
 A question that names a service the business offers is answered by a call (Weighed.asked_of_a_service): "do you
-do fillings?" drew "I'm sorry, I can't help with that." (0.39 of the model's probability on a call)."""
+do fillings?" drew "I'm sorry, I can't help with that." (0.39 of the model's probability on a call).
+
+A turn that names what a tool taking no details does is answered by it when the model would call that tool
+(Weighed.named_tool): "Connect me to a real person." is the transfer."""
 from datetime import datetime
 from types import SimpleNamespace
 
@@ -183,3 +186,31 @@ def test_a_question_that_names_a_topic_calls_the_tool_of_that_topic_the_model_we
     agent.messages[0]["content"] = "Can I get a beard trim on Monday at 10? I'm Ana Lima."
     turn = agent.respond(said)
     assert [c.name for c in turn.tool_calls] == [tool]
+
+
+TRANSFER = format_tool_call("transfer_to_human", {})
+
+
+def test_a_turn_that_names_what_a_tool_without_details_does_calls_it_when_the_model_would():
+    # "Connect me to a real person." drew "I'm sorry, I can't help with that." (a call 0.25-0.48 of the model's
+    # probability, the transfer 0.78-0.96 of a call's); the transfer's description: "Hand the call to a person ..."
+    engine = _Torn({"transfer_to_human": 0.9}, own=SMALL_TALK, forced=TRANSFER, call_share=0.3)
+    agent = _agent(engine)
+    agent.messages = []
+    turn = agent.respond("Connect me to a real person.")
+    assert [(c.name, c.result["action"]) for c in turn.tool_calls] == [("transfer_to_human", "transfer_to_human")]
+    assert engine.written[0] == TOOL_CALL_OPEN + '{"name":"transfer_to_human'
+
+
+@pytest.mark.parametrize("said, share, call_share", [
+    ("I need help.", 0.9, 0.3),                          # names nothing the transfer does
+    ("is this a real person?", 0.01, 0.3),               # a person, but a call would not be the transfer
+    ("Connect me to a real person.", 0.5, 0.3),          # the model not sure of the transfer
+])
+def test_the_model_answers_in_words_unless_it_would_call_the_tool_the_turn_names(said, share, call_share):
+    engine = _Torn({"transfer_to_human": share, "business_info": 0.9 - share}, own=SMALL_TALK, forced=TRANSFER,
+                   call_share=call_share)
+    agent = _agent(engine)
+    agent.messages = []
+    turn = agent.respond(said)
+    assert turn.tool_calls == [] and turn.reply == SMALL_TALK
