@@ -23,6 +23,9 @@ _AT_A_TIME = {"at", "around"}  # a bare hour after these is said as a time: "at 
 _MONTHS = {"january", "february", "march", "april", "may", "june", "july", "august", "september", "october",
            "november", "december"}
 _ORDINAL_ENDS = {"st", "nd", "rd", "th"}
+# a number before a unit of time counts it: "15 minutes late", "in 20 minutes", "my son is 6 years old"
+_DURATIONS = {"min", "mins", "minute", "minutes", "hr", "hrs", "hour", "hours", "day", "days", "week", "weeks",
+              "month", "months", "year", "years"}
 _AT_DIGITS = re.compile(r"\b([Aa]t|[Aa]round) (\d{1,2})\.?(\d{2})\b(?![.,:]\d| +[A-Z])")
 _WORD = re.compile(r"\d{1,2}:\d{2}|\d+|[a-z]+(?:'[a-z]+)?|[,.?!;]")  # a mark ends a time: "Ten, ten."
 
@@ -76,6 +79,8 @@ def _hour(words: list[str], i: int) -> tuple[int, int, int] | None:
     nxt = words[i + 1] if i + 1 < len(words) else ""
     if i and words[i - 1] in _MONTHS or nxt in _ORDINAL_ENDS:
         return None  # a day of the month: "December 2", "the 3rd"
+    if nxt in _DURATIONS:
+        return None  # a length of time: "15 minutes", "two hours"
     if nxt == "o'clock":
         return hour, 0, 2
     after = words[i + 2] if i + 2 < len(words) else ""

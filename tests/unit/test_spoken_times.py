@@ -43,6 +43,10 @@ from app.training.dialogues.phrases import time_forms
     ("At 11.45 a.m. please.", {"11:45"}),                # a dot is a clock's only before am/pm
     ("On Wednesday, December 2 we have openings from 9:00 AM to 6:00 PM.", {"09:00", "18:00"}),  # a date, no time
     ("Friday the 3rd at 4 pm", {"16:00"}),
+    # a number that counts a length of time is no clock: "15 minutes late" had allowed a check at 15:00
+    ("I have an appointment tomorrow at 2 but I'm gonna be like 15 minutes late, is that ok?", {"02:00", "14:00"}),
+    ("I'll be there in 20 minutes.", set()),
+    ("It takes two hours, and my son is 6 years old.", set()),
 ])
 def test_times_in(text, times):
     assert times_in(text) == times
