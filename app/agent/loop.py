@@ -184,8 +184,12 @@ class Agent:
                 break
             settled = step.settled = self.check.settled(calls, gen, messages, spent=step.probes)
             if not spoken and self.check.made_up(calls, settled):
-                lacking = True   # answered in words, from the same prompt (as `respond` does)
-                continue
+                other, other_settled, _ = self.weighed.instead_of_made_up(messages, calls[0][0], cancel)
+                if other is None:
+                    lacking = True   # answered in words, from the same prompt (as `respond` does)
+                    continue
+                step.generation, step.settled = gen, settled = other, other_settled   # as `respond` does
+                calls, spoken = parse_tool_calls(gen.text)
             results = [None if missing else self._preview_tool(name, arguments) for name, arguments, missing in settled]
             if any(result is None and not missing for (_, _, missing), result in zip(settled, results)):
                 break   # a call whose result only its effect would tell runs once the turn is sure
@@ -240,8 +244,13 @@ class Agent:
             for probe in probes:
                 turn.count(probe)
             if not spoken and self.check.made_up(calls, settled):
-                lacking = True   # no call: the model answers in words, from the same prompt
-                continue
+                other, other_settled, _ = self.weighed.instead_of_made_up(self.prompt(), calls[0][0], cancel)
+                if other is None:
+                    lacking = True   # no call: the model answers in words, from the same prompt
+                    continue
+                turn.count(other)    # the call of the tool the model weighed next
+                gen, settled = other, other_settled
+                calls, spoken = parse_tool_calls(gen.text)
             with self._lock:
                 self.messages.append(self._written(gen, calls, spoken, settled))
             if not calls:

@@ -8,7 +8,9 @@ grammar and `CallCheck.settled` like any other (app.agent.meant):
   before asked about another value (`Weighed.followed_up`), a service the business offers
   (`asked_of_a_service`), a tool's topic (`named_topic`);
 - a turn that names what a tool taking no details does is answered by that tool, when the model would call it
-  were it to call at all (`Weighed.named_tool`).
+  were it to call at all (`Weighed.named_tool`);
+- a call made up whole (nothing in it said) gives way to the call of the tool the model weighed next, when that
+  one holds a detail the caller's latest words say (`Weighed.instead_of_made_up`).
 """
 import logging
 import re
@@ -235,6 +237,47 @@ class Weighed:
                 gen.seconds = time.perf_counter() - started
                 return gen, gen.seconds
         return None, time.perf_counter() - started
+
+    def instead_of_made_up(self, messages: list[dict], made_up: str, cancel) -> tuple[object | None, list, float]:
+        """The call of the tool the model weighed next after `made_up` (the tool of a call whose details nobody
+        said: CallCheck.made_up), when the model gave it at least FOLLOW_SHARE of a call's probability and the call
+        it writes holds a detail the caller's latest words say (app.agent.said.rests_on) and is not made up too:
+        "how much for a haircut and a beard trim together?" had the model check the free times of a day and a time
+        nobody named (check_availability 0.44), and the caller heard "I'm sorry, I can't help with that."; its next
+        tool, business_info (0.25), reads the haircut's price. The generation, its call as `CallCheck.settled`
+        holds it, and the seconds this took; (None, [], seconds) otherwise: the model answers in words."""
+        started = time.perf_counter()
+        probabilities = getattr(self.engine, "next_token_probabilities", None)
+        replies = None if probabilities is None else self.check.reply_grammar(messages)
+        if replies is None or not messages or messages[-1]["role"] != "user":
+            return None, [], time.perf_counter() - started
+        tokenizer = self.engine.tokenizer
+        opening = tokenizer.encode(TOOL_CALL_OPEN + '{"name":"', add_special_tokens=False).ids
+        shares = probabilities(messages, opening)
+
+        def named(name: str) -> list[int]:
+            return tokenizer.encode(TOOL_CALL_OPEN + '{"name":"' + name, add_special_tokens=False).ids
+
+        weighed, gave_way = [], named(made_up)[len(opening):len(opening) + 1]  # the made-up tool's first token
+        for schema in self.toolbox.schemas():
+            written = named(schema["name"])
+            if written[:len(opening)] == opening and len(written) > len(opening) \
+                    and written[len(opening)] not in gave_way:
+                weighed.append((float(shares[written[len(opening)]]), schema["name"], written))
+        if not weighed or max(weighed)[0] < FOLLOW_SHARE:
+            return None, [], time.perf_counter() - started
+        share, name, written = max(weighed)
+        gen, settled = self._one_call(messages, replies, cancel, written)
+        seconds = time.perf_counter() - started
+        calls = [(n, arguments) for n, arguments, _ in settled]
+        if not settled or settled[0][0] != name or self.check.made_up(calls, settled) or not rests_on(
+                name, settled[0][1], self.toolbox.schemas(), [latest_words(messages)], self.toolbox.profile):
+            log.debug("the call weighed after a made-up %s holds nothing said (share %.3f): %r", made_up, share,
+                      gen and gen.text)
+            return None, [], seconds
+        log.debug("the call weighed after a made-up %s (share %.3f): %r", made_up, share, gen.text)
+        gen.seconds = seconds
+        return gen, settled, seconds
 
     def _weighed(self, messages: list[dict], replies, cancel, name: str) -> tuple[object | None, list, float]:
         """The model's reply to `messages` written as a call of tool `name`, when the model, opening its reply

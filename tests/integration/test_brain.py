@@ -256,6 +256,13 @@ def test_a_caller_who_asks_for_a_person_is_transferred(brain, profile):
     assert calls(agent_for(brain, profile).respond("I need help")) == []
 
 
+def test_a_call_made_up_whole_gives_way_to_the_one_the_model_weighed_next(brain):
+    # the model checked the free times of a day and a time nobody named (check_availability 0.44), a call made up
+    # whole, and the caller heard "I'm sorry, I can't help with that." (Weighed.instead_of_made_up)
+    turn = agent_for(brain).respond("how much for a haircut and a beard trim together?")
+    assert [name for name, _ in calls(turn)] == ["business_info"] and "$" in turn.reply, turn.reply
+
+
 def test_the_price_asked_for_after_a_booking_is_read_not_the_free_times(brain):
     # the free times of the booking's day were read out (Weighed.named_topic)
     agent = agent_for(brain)

@@ -214,3 +214,45 @@ def test_the_model_answers_in_words_unless_it_would_call_the_tool_the_turn_names
     agent.messages = []
     turn = agent.respond(said)
     assert turn.tool_calls == [] and turn.reply == SMALL_TALK
+
+
+class _MadeUp(_Torn):
+    """_Torn whose reply with no call allowed (after a made-up call) is SMALL_TALK."""
+
+    def generate(self, messages, *, matcher=None, written=(), **kwargs):
+        first = self.tokenizer.encode(self.own, add_special_tokens=False).ids[0]
+        if messages[-1]["role"] == "user" and not written and matcher is not None and not matcher.allowed()[first]:
+            ids = self.tokenizer.encode(SMALL_TALK, add_special_tokens=False).ids
+            return SharedGeneration(SMALL_TALK, ids, [1.0] * len(ids))
+        return super().generate(messages, matcher=matcher, written=written, **kwargs)
+
+
+MADE_UP = format_tool_call("check_availability", {"day": "monday", "time": "16:00"})  # nobody said either
+
+
+@pytest.mark.parametrize("draft", [False, True])
+def test_a_call_made_up_whole_gives_way_to_the_tool_the_model_weighed_next(draft):
+    # "how much for a haircut and a beard trim together?" checked the free times of a day and a time nobody named
+    # (check_availability 0.44) and got "I'm sorry, I can't help with that."; business_info had 0.25
+    engine = _MadeUp({"check_availability": 0.44, "business_info": 0.25}, own=MADE_UP, forced=PRICES)
+    agent = _agent(engine)
+    agent.messages = []
+    said = "how much for a beard trim and a haircut together?"
+    turn = agent.respond(said, first=agent.draft(said) if draft else None)
+    assert [(c.name, c.arguments) for c in turn.tool_calls] == [
+        ("business_info", {"topic": "prices", "service": "beard trim"})]
+    assert turn.reply == "That is $15."
+
+
+@pytest.mark.parametrize("said, names, forced", [
+    ("how much for a beard trim and a haircut together?", {"check_availability": 0.44, "business_info": 0.02},
+     PRICES),                                                                             # the next not weighed
+    ("can you order me a pizza?", {"check_availability": 0.44, "business_info": 0.25},
+     format_tool_call("business_info", {"topic": "prices"})),                             # it holds nothing said
+])
+def test_a_call_made_up_whole_is_answered_in_words_unless_the_next_tool_holds_what_was_said(said, names, forced):
+    engine = _MadeUp(names, own=MADE_UP, forced=forced)
+    agent = _agent(engine)
+    agent.messages = []
+    turn = agent.respond(said)
+    assert turn.tool_calls == [] and turn.reply == SMALL_TALK
