@@ -158,6 +158,14 @@ def test_a_name_that_begins_with_a_possessive_says_who_not_their_name():
         assert ("name" in settle("book_appointment", arguments, SCHEMAS, said, PROFILE)[0]) == kept, name
 
 
+def test_a_name_made_only_of_hesitation_sounds_says_nothing():
+    # "Okay so, Um, 5:30 in the afternoon.", asked for a time, was booked under the name "Um" (an optician)
+    said = [{"role": "user", "content": "Okay so, Um, 5:30 in the afternoon. Uh, Erma Hill, uh."}]
+    for name, kept in (("Um", False), ("Uh, um", False), ("Erma Hill", True)):
+        arguments = {"name": name, "day": "today", "time": "17:30", "service": "haircut"}
+        assert ("name" in settle("book_appointment", arguments, SCHEMAS, said, PROFILE)[0]) == kept, name
+
+
 class _Chars:
     """A tokenizer of one token per character, for generations that say how much each token's grammar allowed."""
     @staticmethod
