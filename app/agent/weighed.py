@@ -15,6 +15,7 @@ grammar and `CallCheck.settled` like any other (app.agent.meant):
 import logging
 import re
 import time
+from functools import cached_property
 
 from app.agent.held import named_alone
 from app.agent.protocol import TOOL_CALL_OPEN, parse_tool_calls, read_tool_message
@@ -118,6 +119,20 @@ class Weighed:
         self.check = check
         self.engine, self.toolbox, self.options = check.engine, check.toolbox, check.options
 
+    @cached_property
+    def _names(self) -> tuple[list[int], dict[str, list[int]]]:
+        """A call's opening up to its tool's name (`<tool_call>{"name":"`, as ids), and per tool whose name begins
+        with a token of its own after it, the opening and the name: the model's share of a call's probability on
+        that tool is its probability at that first token (the tools' names begin with different tokens)."""
+        tokenizer = self.engine.tokenizer
+        opening = tokenizer.encode(TOOL_CALL_OPEN + '{"name":"', add_special_tokens=False).ids
+        names = {}
+        for schema in self.toolbox.schemas():
+            written = tokenizer.encode(TOOL_CALL_OPEN + '{"name":"' + schema["name"], add_special_tokens=False).ids
+            if written[:len(opening)] == opening and len(written) > len(opening):
+                names[schema["name"]] = written
+        return opening, names
+
     def acted_on_part(self, messages: list[dict], replies, cancel) -> tuple[object | None, float]:
         """The call the model writes for the caller's last turn without its last few words (`_called_part`), when
         it lacks nothing the tool needs (`CallCheck.settled`, probes included) and holds a detail the part says
@@ -217,17 +232,14 @@ class Weighed:
         if probabilities is None or not messages or messages[-1]["role"] != "user":
             return None, time.perf_counter() - started
         said = set(_SENTENCE_WORDS.findall(messages[-1]["content"].lower()))
+        opening, names = self._names
         named = [s["name"] for s in self.toolbox.schemas()
-                 if not s["parameters"].get("properties") and said & description_words(s)]
-        tokenizer = self.engine.tokenizer
-        opening = tokenizer.encode(TOOL_CALL_OPEN + '{"name":"', add_special_tokens=False).ids
+                 if s["name"] in names and not s["parameters"].get("properties") and said & description_words(s)]
         if not named or float(probabilities(messages, [])[opening[0]]) >= CALL_SHARE:
             return None, time.perf_counter() - started  # nothing named, or the model calls on its own
         shares = probabilities(messages, opening)
         for name in named:
-            written = tokenizer.encode(TOOL_CALL_OPEN + '{"name":"' + name, add_special_tokens=False).ids
-            if written[:len(opening)] != opening or len(written) == len(opening):
-                continue
+            written = names[name]
             share = float(shares[written[len(opening)]])
             if share < NAMED_SHARE:
                 continue
@@ -251,19 +263,11 @@ class Weighed:
         replies = None if probabilities is None else self.check.reply_grammar(messages)
         if replies is None or not messages or messages[-1]["role"] != "user":
             return None, [], time.perf_counter() - started
-        tokenizer = self.engine.tokenizer
-        opening = tokenizer.encode(TOOL_CALL_OPEN + '{"name":"', add_special_tokens=False).ids
+        opening, names = self._names
         shares = probabilities(messages, opening)
-
-        def named(name: str) -> list[int]:
-            return tokenizer.encode(TOOL_CALL_OPEN + '{"name":"' + name, add_special_tokens=False).ids
-
-        weighed, gave_way = [], named(made_up)[len(opening):len(opening) + 1]  # the made-up tool's first token
-        for schema in self.toolbox.schemas():
-            written = named(schema["name"])
-            if written[:len(opening)] == opening and len(written) > len(opening) \
-                    and written[len(opening)] not in gave_way:
-                weighed.append((float(shares[written[len(opening)]]), schema["name"], written))
+        gave_way = names.get(made_up, [])[len(opening):len(opening) + 1]  # the made-up tool's first token
+        weighed = [(float(shares[written[len(opening)]]), name, written) for name, written in names.items()
+                   if written[len(opening)] not in gave_way]
         if not weighed or max(weighed)[0] < FOLLOW_SHARE:
             return None, [], time.perf_counter() - started
         share, name, written = max(weighed)
@@ -288,11 +292,9 @@ class Weighed:
         probabilities = getattr(self.engine, "next_token_probabilities", None)
         if probabilities is None:
             return None, [], 0.0
-        tokenizer = self.engine.tokenizer
-        opening = tokenizer.encode(TOOL_CALL_OPEN + '{"name":"', add_special_tokens=False).ids
-        written = tokenizer.encode(TOOL_CALL_OPEN + '{"name":"' + name, add_special_tokens=False).ids
-        if written[:len(opening)] != opening or len(written) == len(opening) \
-                or float(probabilities(messages, [])[opening[0]]) < CALL_SHARE:
+        opening, names = self._names
+        written = names.get(name)
+        if written is None or float(probabilities(messages, [])[opening[0]]) < CALL_SHARE:
             return None, [], 0.0
         shares = probabilities(messages, opening)
         share = float(shares[written[len(opening)]])
