@@ -221,64 +221,6 @@ def test_a_new_business_price_question_is_answered_from_its_profile(brain):
     assert "65" in turn.reply or "sixty-five" in turn.reply.lower()
 
 
-@pytest.mark.parametrize("profile, question, follow_up, service, price", [
-    (None, "how much is a blow dry?", "what about hair coloring?", "hair coloring", "$90"),
-    (None, "Um, hi, how much is a men's haircut?", "okay and uh, a beard trim?", "beard trim", "$15"),
-    (BIKE_SHOP, "how much is a tune-up?", "and a flat fix?", "flat tire repair", "$15"),
-])
-def test_a_follow_up_asks_the_last_question_about_another_service(brain, profile, question, follow_up, service,
-                                                                   price):
-    # the last two were taken for bookings: "What day would you like to come in?" (Weighed.followed_up)
-    agent = agent_for(brain, profile)
-    agent.respond(question)
-    turn = agent.respond(follow_up)
-    assert calls(turn) == [("business_info", {"topic": "prices", "service": service})], turn.reply
-    assert price in turn.reply
-
-
-@pytest.mark.parametrize("profile, question, service", [
-    (DENTIST, "do you do fillings?", "filling"),
-    (None, "is hair coloring something you do?", "hair coloring"),
-])
-def test_a_question_of_a_service_offered_is_answered_from_the_profile(brain, profile, question, service):
-    # both drew "I'm sorry, I can't help with that." (Weighed.asked_of_a_service); the model writes the
-    # services or the price, with the service
-    turn = agent_for(brain, profile).respond(question)
-    assert [(name, args.get("service")) for name, args in calls(turn)] == [("business_info", service)], turn.reply
-    assert service in turn.reply and "sorry" not in turn.reply
-
-
-@pytest.mark.parametrize("profile", [EYE_CARE, DENTIST])
-def test_a_caller_who_asks_for_a_person_is_transferred(brain, profile):
-    # "Connect me to a real person." drew "I'm sorry, I can't help with that." (a call 0.25-0.41 of the model's
-    # probability, the transfer 0.95 of a call's: Weighed.named_tool); "I need help" names nothing a tool does
-    assert calls(agent_for(brain, profile).respond("Connect me to a real person.")) == [("transfer_to_human", {})]
-    assert calls(agent_for(brain, profile).respond("I need help")) == []
-
-
-def test_a_call_made_up_whole_gives_way_to_the_one_the_model_weighed_next(brain):
-    # the model checked the free times of a day and a time nobody named (check_availability 0.44), a call made up
-    # whole, and the caller heard "I'm sorry, I can't help with that." (Weighed.instead_of_made_up)
-    turn = agent_for(brain).respond("how much for a haircut and a beard trim together?")
-    assert [name for name, _ in calls(turn)] == ["business_info"] and "$" in turn.reply, turn.reply
-
-
-def test_the_price_asked_for_after_a_booking_is_read_not_the_free_times(brain):
-    # the free times of the booking's day were read out (Weighed.named_topic)
-    agent = agent_for(brain)
-    assert agent.respond("can I get a blow dry tomorrow at 10? name's Priya Shah").tool_calls[0].result["ok"]
-    turn = agent.respond("great, what was the price again?")
-    assert [(name, args["topic"]) for name, args in calls(turn)] == [("business_info", "prices")], turn.reply
-    assert "$30" in turn.reply
-
-
-def test_a_service_chosen_after_its_price_is_booked_not_priced(brain):
-    agent = agent_for(brain)
-    agent.respond("how much is a beard trim?")
-    turn = agent.respond("ok a haircut then please")
-    assert "business_info" not in [name for name, _ in calls(turn)] and "?" in turn.reply, turn.reply
-
-
 def test_a_name_given_before_the_request_is_booked_under_it(brain):
     """The adapter alone wrote "Owen Smith" for "Noah Smith"; a name is held to words the caller said."""
     turn = agent_for(brain).respond("Hi, this is Noah Smith. Could I get a haircut tomorrow at 3:30 p.m.?")
@@ -300,24 +242,6 @@ def test_a_name_given_turns_ago_is_booked_not_asked_for_again(brain, history, la
     """A history of spoken turns (as an API client sends one): the adapter closed the call without the name the
     caller gave at the start and asked for it again; asked for the name (CallCheck._probed), it writes it."""
     agent = agent_for(brain)
-    agent.messages = [{"role": ("user", "assistant")[i % 2], "content": text} for i, text in enumerate(history)]
-    turn = agent.respond(last)
-    assert calls(turn) == [("book_appointment", booking)], (turn.reply, agent.messages)
-
-
-@pytest.mark.parametrize("profile, history, last, booking", [
-    (None, ["Hi, could I get a blow dry on Thursday at eleven in the morning?", "Can I have your name, please?"],
-     "Priya Natarajan, thanks.", {"name": "Priya Natarajan", "day": "thursday", "time": "11:00",
-                                  "service": "blow dry"}),
-    (BIKE_SHOP, ["Hello, I need a flat tire repair tomorrow at 2 pm.", "Can I have your name, please?"],
-     "Kenji Watanabe, thanks.", {"name": "Kenji Watanabe", "day": "tomorrow", "time": "14:00",
-                                 "service": "flat tire repair"}),
-])
-def test_an_answer_with_thanks_after_it_is_acted_on(brain, profile, history, last, booking):
-    """Asked for a detail, a caller who gives it and thanks the agent in the same breath was told "You're
-    welcome!" by the adapter (training holds "thanks" out as a tail); the turn without its courtesy is acted on
-    (Weighed._called_part)."""
-    agent = agent_for(brain, profile)
     agent.messages = [{"role": ("user", "assistant")[i % 2], "content": text} for i, text in enumerate(history)]
     turn = agent.respond(last)
     assert calls(turn) == [("book_appointment", booking)], (turn.reply, agent.messages)
