@@ -178,6 +178,67 @@ def test_guessed_tokens_change_the_passes_not_the_reply(with_grammar):
     assert reply(plain, Oracle(truth.tokens, len(ids), wrong=7)).passes == truth.passes  # draft_length 0: off
 
 
+class Scripted:
+    """A `run` standing in for a model that writes `truth` whatever it reads: the row at position p predicts
+    truth[p + 1 - prompt_len], masks or not; so the mask rows' guesses are right. Keeps each pass's (start, ids)."""
+
+    def __init__(self, truth, prompt_len):
+        self.truth, self.prompt_len, self.seen = truth, prompt_len, []
+
+    def __call__(self, p, rows):
+        self.seen.append((p.start, p.ids.tolist()))
+        at = torch.arange(p.start, p.start + len(p.ids))[rows] + 1 - self.prompt_len
+        logits = torch.zeros(len(at), 64)
+        for row, i in enumerate(at.tolist()):
+            logits[row, self.truth[i] if 0 <= i < len(self.truth) else STOP] = 10.0
+        return None, logits
+
+
+@torch.no_grad()
+def test_a_committed_guess_keeps_its_keys_and_is_not_run_again():
+    """A pass is causal over its rows, so a guessed token the model committed has its exact keys in the cache:
+    the next pass starts after it with the one new token no row has read yet."""
+    model, ids = tiny_block_model(), random_ids()
+    truth = random_ids(24, seed=5)
+    opts = BlockOptions(max_new_tokens=24, block_length=1, threshold=1.0, stop_at_eos=False, draft_length=5)
+    run, blocks = Scripted(truth, len(ids)), []
+    out = block_reply(model, ids, SPECIAL, opts, PrefixCache(model.new_cache(1, 256)), on_block=blocks.append,
+                      drafter=Oracle(truth, len(ids), wrong=4), run=run)
+    assert out.tokens == truth
+    committed = 0
+    for (start, rows), block in zip(run.seen[1:], blocks):
+        committed += len(block)
+        # the pass reads the last token committed, then its guesses: the guesses committed before it are not read
+        assert start == len(ids) + committed - 1 and rows[0] == out.tokens[committed - 1]
+        assert rows[1:] == [t if i % 4 else (t + 1) % 60 for i, t in enumerate(truth[committed:], committed)][:min(5, 24 - committed - 1)]
+    assert len(run.seen) < len(truth) // 2
+
+
+@torch.no_grad()
+def test_at_threshold_one_the_mask_rows_guess_the_next_pass():
+    """At threshold 1.0 a mask row commits nothing (the reply is the greedy one); its prediction is the next
+    pass's guess, verified there like a drafter's: the right guesses of a pass's masks save passes."""
+    model, ids = tiny_block_model(), random_ids()
+    truth = random_ids(24, seed=5)
+    for block_length, most in ((1, 24), (4, 24 // 2)):
+        run = Scripted(truth, len(ids))
+        out = block_reply(model, ids, SPECIAL, BlockOptions(max_new_tokens=24, block_length=block_length,
+                                                            threshold=1.0, stop_at_eos=False),
+                          PrefixCache(model.new_cache(1, 256)), run=run)
+        assert out.tokens == truth and out.passes == len(run.seen) <= most
+    # the first pass's mask rows are guessed in the second, which carries no masks (a guess's row costs as much as
+    # a mask's): it commits those three and one more, and the third pass's masks guess again
+    assert run.seen[0][1][len(ids):] == [MASK] * 3 and run.seen[1][1] == truth[:4] and run.seen[2][1][1:] == [MASK] * 3
+    # a random model's mask rows guess wrong more often than not: the reply is the one of a token a pass all the
+    # same, under a grammar too (whose forced tokens come between a pass's masks and the tokens they guessed)
+    for with_grammar in (False, True):
+        one, four = (block_reply(model, ids, SPECIAL, BlockOptions(max_new_tokens=24, block_length=n, threshold=1.0,
+                                                                   stop_at_eos=False),
+                                 PrefixCache(model.new_cache(1, 256)), matcher=PatternMatcher() if with_grammar else None)
+                     for n in (1, 4))
+        assert four.tokens == one.tokens
+
+
 @torch.no_grad()
 def test_prefix_cache_reuse_changes_nothing_but_cost():
     model = tiny_block_model()
