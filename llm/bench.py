@@ -30,17 +30,18 @@ class BenchOptions:
 
 def block_methods(opts: BenchOptions) -> list[tuple[str, BlockOptions | None]]:
     """The rows for a left-to-right base adapted to block diffusion (llm.blockdiff): block sizes at the
-    threshold, and one token per pass (threshold 1: the base's own greedy text through the same sampler), also
-    with guesses by prompt lookup verified (the same text in fewer passes)."""
+    threshold; one token per pass (threshold 1: the base's own greedy text through the same sampler); the same
+    text with the mask rows' predictions verified as the next pass's guesses (block 4), with guesses by prompt
+    lookup verified, and both (the brain's decoding: generation_config.json)."""
     rows: list[tuple[str, BlockOptions | None]] = [(BASELINE, None)]
     for block in (4, 8):
         rows.append((f"block {block}, threshold {opts.threshold}", BlockOptions(
             max_new_tokens=opts.max_new_tokens, block_length=block, threshold=opts.threshold,
             stop_at_eos=opts.stop_at_eos)))
-    rows.append(("block 4, one token per pass", BlockOptions(max_new_tokens=opts.max_new_tokens, block_length=4,
-                                                             threshold=1.0, stop_at_eos=opts.stop_at_eos)))
-    for draft, name in ((0, "block 1, one token per pass"), (8, "block 1, 8 drafted, verified")):
-        rows.append((name, BlockOptions(max_new_tokens=opts.max_new_tokens, block_length=1, threshold=1.0,
+    for block, draft, name in ((1, 0, "block 1, one token per pass"), (4, 0, "block 4, masks guess, verified"),
+                               (1, 8, "block 1, 8 looked up, verified"),
+                               (4, 8, "block 4, looked up or masks'")):
+        rows.append((name, BlockOptions(max_new_tokens=opts.max_new_tokens, block_length=block, threshold=1.0,
                                         stop_at_eos=opts.stop_at_eos, draft_length=draft)))
     return rows
 
