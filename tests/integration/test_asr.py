@@ -85,6 +85,20 @@ def test_the_businesss_words_as_its_prompt_are_heard_and_noise_is_not(transcribe
     assert any(transcriber.transcribe(n) for n in noise)  # what the prompt saves it from
 
 
+def test_more_words_than_the_audio_could_hold_were_not_said(transcriber, monkeypatch):
+    """Whisper's 30 s path samples at higher temperatures when its greedy decode fails, and once made 0.5 s of
+    noise into three times "I'm not sure what I'm doing,": a transcript with more tokens than speech of its length
+    holds (~4 a second; 8 is looping) is dropped, on either path. A transcript that fits is kept."""
+    noise = vocabulary_set.noise_only()[3]   # 0.5 s
+    looped = "I'm not sure what I'm doing, I'm not sure what I'm doing, I'm not sure what I'm doing."
+    monkeypatch.setattr(transcriber, "_transcribe_window", lambda x, duration_s: None)   # as when it loops
+    monkeypatch.setattr(transcriber, "_transcribe_full", lambda x: looped)
+    assert transcriber.transcribe(noise) == ""
+    assert transcriber.transcribe(np.concatenate([noise] * 8)) == looped   # 4 s could hold those words
+    monkeypatch.setattr(transcriber, "_transcribe_full", lambda x: "Hello.")
+    assert transcriber.transcribe(noise) == "Hello."
+
+
 def test_bad_input_and_options_raise_value_error(tmp_path, transcriber):
     with pytest.raises(ValueError, match="1-D int16"):
         transcriber.transcribe(np.zeros((100, 2), np.int16))
