@@ -135,16 +135,23 @@ def run_callers(engine: Engine, messages: list[dict], decode: BlockOptions, coun
     def reply(_=None):
         return engine.generate_blocks(prompt_ids, decode).text
 
+    def one_after_another(n: int) -> list[str]:
+        texts = []
+        for _ in range(n):
+            engine.forget_earlier()
+            texts.append(reply())
+        return texts
+
     rows = []
     for n in counts:
         apart, together, forwards, passes, same = [], [], [], [], True
         for _ in range(repeats + 1):
             engine.forget_earlier()
             start = time.perf_counter()
-            alone = []
-            for _ in range(n):
-                engine.forget_earlier()
-                alone.append(reply())
+            # on a pool thread too, as the replies at once are: torch's small products are slower off the main
+            # thread (its OpenMP team), and that is no part of what sharing forwards saves
+            with ThreadPoolExecutor(1) as pool:
+                alone = pool.submit(one_after_another, n).result()
             apart.append(time.perf_counter() - start)
             engine.forget_earlier()
             batches, asked = engine.batcher.batches, engine.batcher.passes
