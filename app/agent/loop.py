@@ -218,13 +218,15 @@ class Agent:
             speech = SpeechFilter(on_text)
             step = drafted.pop(0) if drafted else None
             drafted_gen = step is not None and step.generation.stopped != "cancelled"
+            messages = None   # this round's prompt, once it is needed (the history does not change within a round)
             if drafted_gen:
                 gen = step.generation                       # drafted during the user's silence
                 speech.feed(gen.text)
             else:  # after a call that lacked details, a question for them, not the same call again
                 if step is not None:
                     turn.count(step.generation)             # the draft's share of the generation it goes on from
-                gen = self._generate(self.prompt(), on_block=speech.feed, cancel=cancel, speech_only=lacking,
+                messages = self.prompt()
+                gen = self._generate(messages, on_block=speech.feed, cancel=cancel, speech_only=lacking,
                                      resume=None if step is None else step.generation)
             speech.finish()
             turn.count(gen)
@@ -240,11 +242,13 @@ class Agent:
                 settled, probes = step.settled, step.probes  # held by the draft, probes and all
             else:
                 probes = []
-                settled = self.check.settled(calls, gen, self.prompt(), spent=probes)
+                messages = messages or self.prompt()
+                settled = self.check.settled(calls, gen, messages, spent=probes)
             for probe in probes:
                 turn.count(probe)
             if not spoken and self.check.made_up(calls, settled):
-                other, other_settled, _ = self.weighed.instead_of_made_up(self.prompt(), calls[0][0], cancel)
+                other, other_settled, _ = self.weighed.instead_of_made_up(messages or self.prompt(), calls[0][0],
+                                                                          cancel)
                 if other is None:
                     lacking = True   # no call: the model answers in words, from the same prompt
                     continue
