@@ -21,7 +21,7 @@ from llm.blockdiff import block_batch, packed_loss
 from llm.engine import Engine
 from llm.gguf import build_model, read_gguf, smollm2_path
 from llm.model import DTYPES, Transformer
-from llm.quant import fbgemm_available, pack_fp16, quantize_int8
+from llm.quant import fbgemm_available, pack_bf16, pack_fp16, quantize_int8, sixteen_bit
 from llm.tokenizer import CheckpointError, read_json
 
 ADAPTER_FILE = "adapter.safetensors"
@@ -163,9 +163,11 @@ def apply_adapter(model: Transformer, adapter: dict[str, torch.Tensor], alpha_ov
 def load_adapted(path, device=None, dtype=None):
     """An Engine for an adapter directory (`parley adapt`'s): the base GGUF with the adapter merged in.
 
-    dtype: a torch dtype or its name, or "int8"; default: the adapter's config "cpu_weights" on the CPU, float32
-    elsewhere. On the CPU, float16 means fp16 weights with fp32 products and int8 int8 weights (llm.quant); a
-    torch without fbgemm (not x86) runs the config's float16 in float32.
+    dtype: a torch dtype or its name, "int8" or "auto"; default: the adapter's config "cpu_weights" on the CPU,
+    float32 elsewhere. On the CPU (llm.quant), float16 means fp16 weights with fp32 products (fbgemm), bfloat16 bf16
+    weights whose products round their inputs to bf16 (oneDNN), int8 int8 weights, and auto (the shipped adapter's)
+    whichever 16-bit format this CPU multiplies fastest: bf16 with AMX, else fp16, else float32 (a torch without
+    fbgemm: not x86).
     """
     path = Path(path)
     config = read_json(path / CONFIG_FILE)
@@ -178,14 +180,15 @@ def load_adapted(path, device=None, dtype=None):
     chosen = dtype is not None
     if dtype is None:
         dtype = config.get("cpu_weights", "float32") if device.type == "cpu" else "float32"
+    if dtype == "float16" and device.type == "cpu" and not chosen and not fbgemm_available():
+        log.warning("%s: this torch has no fbgemm for fp16 weights; running the model in float32", path)
+        dtype = "float32"
+    if dtype == "auto":
+        dtype = (sixteen_bit() or "float32") if device.type == "cpu" else "float32"
     if isinstance(dtype, str) and dtype != "int8":
         if dtype not in DTYPES:
-            raise ValueError(f"dtype {dtype!r}: choose one of int8, {', '.join(DTYPES)}")
+            raise ValueError(f"dtype {dtype!r}: choose one of int8, auto, {', '.join(DTYPES)}")
         dtype = DTYPES[dtype]
-    packed = device.type == "cpu" and dtype == torch.float16  # fp16 weights, fp32 products (llm.quant)
-    if packed and not chosen and not fbgemm_available():
-        log.warning("%s: this torch has no fbgemm for fp16 weights; running the model in float32", path)
-        packed, dtype = False, torch.float32
     ckpt = read_gguf(smollm2_path())
     model = build_model(ckpt)  # fp32 on the CPU: the adapter merges there
     apply_adapter(model, load_adapter(path), float(config["alpha"]) / int(config["rank"]), ckpt.special.mask)
@@ -193,8 +196,10 @@ def load_adapted(path, device=None, dtype=None):
         if device.type != "cpu":
             raise ValueError("int8 weights are for the CPU: pass float32 or bfloat16 for a GPU")
         quantize_int8(model)
-    elif packed:
-        pack_fp16(model)
+    elif device.type == "cpu" and dtype == torch.float16:
+        pack_fp16(model)   # fp16 weights, fp32 products
+    elif device.type == "cpu" and dtype == torch.bfloat16:
+        pack_bf16(model)   # bf16 weights, fp32 between the products
     else:
         model.to(device=device, dtype=dtype)
         model.reset_rope(device)

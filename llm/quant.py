@@ -1,4 +1,5 @@
-"""Smaller weights for the CPU, where a pass is bound by reading them: fp16 (products in fp32) or int8.
+"""Smaller weights for the CPU, where a pass is bound by reading them: 16-bit (fp16 for fbgemm, or bf16 for
+oneDNN's AMX tiles) or int8.
 
 fp16: every projection's weight is stored in fp16 and packed for fbgemm, whose product converts it to fp32 in
 registers (F16C) and multiplies fp32 inputs in fp32; only the weights are rounded (to 11 significant bits), never
@@ -6,6 +7,15 @@ the activations. NOTE: on this project's 2-core AVX2 machine, one thread, the br
 took 39 ms instead of 53 and the head's 4 ms instead of 10; over 9 positions 66 + 10 ms against 131 + 29 (MKL's
 fp32 product of a few rows runs far below this CPU's peak), and the greedy token of every row was fp32's
 (2026-12-02; `python -m llm.bench`-style passes over a 400-token cache).
+
+bf16 (`pack_bf16`): every block projection's weight in bf16, packed for oneDNN; a product rounds its input and its
+output to bf16 (8 significant bits), and everything between the products (norms, attention, the residual stream)
+stays fp32, as does the tied head's output (its product is fp16's). On a CPU with AMX (bf16 tile products: Intel Xeon since Sapphire Rapids) a product of 64 rows costs what
+one row's does, where fbgemm's fp16 one grows with the rows. NOTE: on such a 2-core Xeon, 30 blocks' 120 products
+(SmolLM2-135M) took 11.2 / 11.2 / 11.5 / 11.6 ms over 1 / 5 / 9 / 64 rows in bf16, against 11.2 / 15.8 / 19.9 /
+27.5 ms in fp16; 28 development-set turns (2 threads) spent 14.3 s in the model instead of 17.7 (prefill 3.2 s
+instead of 5.2), with the same 28 replies (2026-12-05). `cpu_weights: "auto"` (the shipped adapter's) picks it
+where the CPU has AMX, and fp16 elsewhere (`sixteen_bit`).
 
 int8: a block's linears as dynamically quantized ones (fbgemm, per output channel).
 
@@ -37,6 +47,24 @@ def fbgemm_available() -> bool:
     return "fbgemm" in torch.backends.quantized.supported_engines
 
 
+def amx_bf16_available() -> bool:
+    """Whether this CPU multiplies bf16 in AMX tiles and this torch's oneDNN can use them (Intel Xeon since Sapphire
+    Rapids). NOTE: with AVX-512 bf16 instructions but no AMX (2 AMD EPYC cores, 2026-12-04), a 3072 x 576 product
+    of one row took 99 us in bf16 against 53 us in fbgemm's fp16 (60 rows: 552 against 1023 us), and whole turns
+    no less time."""
+    capabilities = torch.cpu.get_capabilities() if hasattr(torch.cpu, "get_capabilities") else {}
+    return bool(capabilities.get("amx_bf16")) and torch.backends.mkldnn.is_available() \
+        and torch.ops.mkldnn._is_mkldnn_bf16_supported()
+
+
+def sixteen_bit() -> str | None:
+    """The 16-bit weight format this CPU multiplies fastest: "bfloat16" with AMX, else "float16" with fbgemm, else
+    None (fp32: an ARM build of torch)."""
+    if amx_bf16_available():
+        return "bfloat16"
+    return "float16" if fbgemm_available() else None
+
+
 class Fp16Linear(nn.Module):
     """A linear whose weight is held in fp16, packed for fbgemm; inputs and outputs fp32. Inference only."""
 
@@ -53,13 +81,33 @@ class Fp16Linear(nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, weight=fp16"
 
 
+class Bf16Linear(nn.Module):
+    """A linear whose weight is held in bf16, packed for oneDNN (AMX tiles where the CPU has them); inputs fp32,
+    rounded to bf16 for the product, whose bf16 output is returned as fp32. Inference only."""
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None):
+        super().__init__()
+        self.out_features, self.in_features = weight.shape
+        self.packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach().to(torch.bfloat16).contiguous())
+        self.bias = None if bias is None else bias.detach().to(torch.bfloat16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.ops.mkldnn._linear_pointwise(x.to(torch.bfloat16), self.packed, self.bias, "none", [], "")
+        return y.float()
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, weight=bf16"
+
+
 def weight_format(model: Transformer) -> str:
-    """How the model's projections hold their weights: "float16 weights" (pack_fp16), "int8 weights" (quantize_int8)
-    or the dtype's name."""
+    """How the model's projections hold their weights: "float16 weights" (pack_fp16), "bfloat16 weights"
+    (pack_bf16), "int8 weights" (quantize_int8) or the dtype's name."""
     block = model.transformer.blocks[0] if len(model.transformer.blocks) else None
     projection = None if block is None else block.qkv if block.qkv is not None else block.q_proj
     if isinstance(projection, Fp16Linear):
         return "float16 weights"
+    if isinstance(projection, Bf16Linear):
+        return "bfloat16 weights"
     if isinstance(projection, DynamicLinear):
         return "int8 weights"
     return str(model.transformer.wte.weight.dtype).removeprefix("torch.")
@@ -79,16 +127,15 @@ def _made(make, jobs: list[tuple], threads: int = 1) -> list[nn.Module]:
         return list(pool.map(lambda job: make(*job), jobs))
 
 
-def _replace_products(model: Transformer, names, make, threads: int = 1) -> Transformer:
+def _replace_products(model: Transformer, names, make, threads: int = 1, head=None) -> Transformer:
     """Replace the projections `names` of every block by make(weight, bias), in place, and give a tied head
-    make(embedding, None) as its output projection (the embedding itself stays fp32 for the lookup)."""
+    (head or make)(embedding, None) as its output projection (the embedding itself stays fp32 for the lookup)."""
     places = [(block, name) for block in model.transformer.blocks for name in names]
     jobs = [(getattr(block, name).weight.detach(), getattr(block, name).bias) for block, name in places]
-    if model.args.weight_tying:
-        places.append((model, "tied_head"))
-        jobs.append((model.transformer.wte.weight.detach(), None))
     for (owner, name), module in zip(places, _made(make, jobs, threads)):
         setattr(owner, name, module)
+    if model.args.weight_tying:
+        model.tied_head = (head or make)(model.transformer.wte.weight.detach(), None)
     return model
 
 
@@ -106,6 +153,25 @@ def pack_fp16(model: Transformer) -> Transformer:
     _require_cpu(model, "fp16-packed")
     if not fbgemm_available():
         raise RuntimeError("this torch build has no fbgemm (an x86 CPU build has it): fp16 weights need it")
+    return _pack(model, Fp16Linear, head=Fp16Linear)
+
+
+def pack_bf16(model: Transformer) -> Transformer:
+    """`pack_fp16` with Bf16Linear: bf16 weights packed for oneDNN, products of bf16-rounded inputs, fp32 outputs
+    (fast where the CPU has AMX: amx_bf16_available). Raises RuntimeError where this torch's oneDNN has no bf16."""
+    _require_cpu(model, "bf16-packed")
+    if not (torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()):
+        raise RuntimeError("this CPU or torch build has no oneDNN bf16 products: bf16 weights need them")
+    # NOTE: oneDNN's bf16 product returns bf16: logits of ~24 rounded to steps of 0.125. With the tied head bf16 too,
+    # the held-out split's bike shop lost a booking ("Tomorrow, please." got "What time tomorrow works for you?"):
+    # 83 of 86 calls exact against 84 with fp16; with the head's fp16 product (fp32 logits) 84, at ~5% more of the
+    # model's time (28 development-set turns 14.4 s against 13.7 s), 2026-12-05.
+    return _pack(model, Bf16Linear, head=Fp16Linear if fbgemm_available() else Bf16Linear)
+
+
+def _pack(model: Transformer, make, head) -> Transformer:
+    """Every projection of every block by make(weight, bias), the FUSED_LINEARS' parts as one product each, and a
+    tied head by head(embedding, None); in place."""
     threads = torch.get_num_threads()
     places, jobs = [], []
     for block in model.transformer.blocks:
@@ -114,12 +180,12 @@ def pack_fp16(model: Transformer) -> Transformer:
             bias = None if parts[0].bias is None else torch.cat([part.bias.detach() for part in parts])
             places.append((block, fused, names))
             jobs.append((torch.cat([part.weight.detach() for part in parts]), bias))
-    for (block, fused, names), module in zip(places, _made(Fp16Linear, jobs, threads)):
+    for (block, fused, names), module in zip(places, _made(make, jobs, threads)):
         setattr(block, fused, module)
         for name in names:
             delattr(block, name)
     fused_names = {name for names in FUSED_LINEARS.values() for name in names}
-    return _replace_products(model, [name for name in BLOCK_LINEARS if name not in fused_names], Fp16Linear, threads)
+    return _replace_products(model, [name for name in BLOCK_LINEARS if name not in fused_names], make, threads, head)
 
 
 def quantize_int8(model: Transformer) -> Transformer:

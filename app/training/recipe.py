@@ -34,10 +34,11 @@ DECODING = {"max_new_tokens": 96, "block_length": 4, "threshold": 1.0, "cache": 
             "max_prompt_tokens": 1024, "draft_length": 8}
 # The weights on a CPU (config.json, read by llm.adapt.load_adapted). float16: held in fp16, multiplied in fp32
 # (llm.quant.Fp16Linear): the development set's turns took 1.8 s instead of 3.1 s (median) with fp32's replies
-# (docs/MODELS.md).
+# (docs/MODELS.md). auto: bf16 for oneDNN where the CPU has AMX (llm.quant.Bf16Linear: 28 turns 0.81x the time,
+# the same replies), else float16.
 # int8 (`--dtype int8`, or "int8" here) was 1.6x faster than fp32 a turn but got 56.1% of the development set's
 # turns right instead of 61.7%.
-CPU_WEIGHTS = "float16"
+CPU_WEIGHTS = "auto"
 
 
 def base_model(path=None) -> tuple[Transformer, object]:

@@ -58,6 +58,15 @@ def booked_rows(db) -> list[tuple]:
         return conn.execute("SELECT name, service, substr(start, 12) FROM appointments").fetchall()
 
 
+def test_the_shipped_brain_holds_the_16_bit_weights_this_cpu_multiplies_fastest(brain):
+    """cpu_weights "auto": bf16 where the CPU has AMX, else fp16 (llm.quant.sixteen_bit); the tests below pass on
+    either."""
+    from llm.quant import sixteen_bit, weight_format
+
+    chosen = sixteen_bit()
+    assert weight_format(brain.model) == (f"{chosen} weights" if chosen else "float32")
+
+
 def test_hours_come_from_the_tool(brain):
     turn = agent_for(brain).respond("Hi, um, yeah, what are your hours?")
     assert [name for name, _ in calls(turn)] == ["business_info"]

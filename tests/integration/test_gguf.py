@@ -122,3 +122,22 @@ def test_fp16_weights_keep_the_logits_and_the_reply(engine):
     torch.testing.assert_close(last[list(NEXT_LOGITS)], torch.tensor(list(NEXT_LOGITS.values())), atol=0.05, rtol=0)
     decoded = autoregressive_reply(model, torch.tensor(PROMPT_IDS), engine.special, max_new_tokens=12)
     assert decoded.tokens == GREEDY_REPLY
+
+
+def test_bf16_weights_keep_the_greedy_reply(engine):
+    """The CPU's weights where it has AMX (llm.quant.pack_bf16): bf16 weights, products of bf16-rounded inputs."""
+    import copy
+
+    from llm.quant import pack_bf16, weight_format
+
+    if not (torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()):
+        pytest.skip("this CPU or torch has no oneDNN bf16 products")
+    model = pack_bf16(copy.deepcopy(engine.model))
+    assert weight_format(model) == "bfloat16 weights"
+    with torch.no_grad():
+        last = model.head(model.trunk(torch.tensor(PROMPT_IDS)[None], causal=True))[0, -1]
+    assert last.argmax().item() == 504
+    # measured: 0.38 from transformers' fp32 logits (of ~24; fp16 weights: 0.0064): the activations' rounding
+    torch.testing.assert_close(last[list(NEXT_LOGITS)], torch.tensor(list(NEXT_LOGITS.values())), atol=0.6, rtol=0)
+    decoded = autoregressive_reply(model, torch.tensor(PROMPT_IDS), engine.special, max_new_tokens=12)
+    assert decoded.tokens == GREEDY_REPLY
