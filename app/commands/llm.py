@@ -11,7 +11,8 @@ def _add_model_flags(p: argparse.ArgumentParser) -> None:
                                                   "(default: PARLEY_LLM_MODEL, else the embedded model)")
     p.add_argument("--device", help="cpu or cuda (default: cuda when available)")
     p.add_argument("--dtype", choices=("float32", "bfloat16", "float16", "int8"),
-                   help="default: the checkpoint's (an adapter on the CPU: float16 = fp16 weights with fp32 products, "
+                   help="default: the checkpoint's (an adapter on the CPU: bf16 weights where the CPU has AMX, else "
+                        "fp16; float16 = fp16 weights with fp32 products, bfloat16 = bf16 weights and products, "
                         "int8 = int8 weights; llm.quant)")
     p.add_argument("--threads", type=int, help="torch CPU threads (1 is fastest for small models on busy CPUs)")
     p.add_argument("--system", default=None, help="system prompt")
