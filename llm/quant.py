@@ -47,14 +47,18 @@ def fbgemm_available() -> bool:
     return "fbgemm" in torch.backends.quantized.supported_engines
 
 
+def onednn_bf16_available() -> bool:
+    """Whether this torch's oneDNN multiplies bf16 on this CPU (AVX-512 or newer; fast only with AMX)."""
+    return torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()
+
+
 def amx_bf16_available() -> bool:
     """Whether this CPU multiplies bf16 in AMX tiles and this torch's oneDNN can use them (Intel Xeon since Sapphire
     Rapids). NOTE: with AVX-512 bf16 instructions but no AMX (2 AMD EPYC cores, 2026-12-04), a 3072 x 576 product
     of one row took 99 us in bf16 against 53 us in fbgemm's fp16 (60 rows: 552 against 1023 us), and whole turns
     no less time."""
     capabilities = torch.cpu.get_capabilities() if hasattr(torch.cpu, "get_capabilities") else {}
-    return bool(capabilities.get("amx_bf16")) and torch.backends.mkldnn.is_available() \
-        and torch.ops.mkldnn._is_mkldnn_bf16_supported()
+    return bool(capabilities.get("amx_bf16")) and onednn_bf16_available()
 
 
 def sixteen_bit() -> str | None:
@@ -160,7 +164,7 @@ def pack_bf16(model: Transformer) -> Transformer:
     """`pack_fp16` with Bf16Linear: bf16 weights packed for oneDNN, products of bf16-rounded inputs, fp32 outputs
     (fast where the CPU has AMX: amx_bf16_available). Raises RuntimeError where this torch's oneDNN has no bf16."""
     _require_cpu(model, "bf16-packed")
-    if not (torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()):
+    if not onednn_bf16_available():
         raise RuntimeError("this CPU or torch build has no oneDNN bf16 products: bf16 weights need them")
     # NOTE: oneDNN's bf16 product returns bf16: logits of ~24 rounded to steps of 0.125. With the tied head bf16 too,
     # the held-out split's bike shop lost a booking ("Tomorrow, please." got "What time tomorrow works for you?"):

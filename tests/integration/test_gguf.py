@@ -105,39 +105,25 @@ def test_streamed_text_never_cuts_a_character(engine):
     assert not any("\ufffd" in piece for piece in pieces)
 
 
-def test_fp16_weights_keep_the_logits_and_the_reply(engine):
-    """The CPU's default weights for the brain (llm.quant.pack_fp16): fp16 storage, fp32 products."""
+@pytest.mark.parametrize("weights, atol", [("float16", 0.05), ("bfloat16", 0.6)])
+def test_16_bit_weights_keep_the_logits_and_the_reply(engine, weights, atol):
+    """The CPU's weights for the brain (llm.quant): fp16 storage with fp32 products (fbgemm), or, where the CPU has
+    AMX, bf16 weights and products of bf16-rounded inputs (oneDNN)."""
     import copy
 
-    from llm.quant import fbgemm_available, pack_fp16, weight_format
+    from llm import quant
 
-    if not fbgemm_available():
-        pytest.skip("this torch has no fbgemm")
-    model = pack_fp16(copy.deepcopy(engine.model))
-    assert weight_format(model) == "float16 weights"
+    pack, available = {"float16": (quant.pack_fp16, quant.fbgemm_available),
+                       "bfloat16": (quant.pack_bf16, quant.onednn_bf16_available)}[weights]
+    if not available():
+        pytest.skip(f"this CPU or torch has no {weights} products")
+    model = pack(copy.deepcopy(engine.model))
+    assert quant.weight_format(model) == f"{weights} weights"
     with torch.no_grad():
         last = model.head(model.trunk(torch.tensor(PROMPT_IDS)[None], causal=True))[0, -1]
     assert last.argmax().item() == 504
-    # measured: 0.0064 from transformers' fp32 logits (of ~24)
-    torch.testing.assert_close(last[list(NEXT_LOGITS)], torch.tensor(list(NEXT_LOGITS.values())), atol=0.05, rtol=0)
-    decoded = autoregressive_reply(model, torch.tensor(PROMPT_IDS), engine.special, max_new_tokens=12)
-    assert decoded.tokens == GREEDY_REPLY
-
-
-def test_bf16_weights_keep_the_greedy_reply(engine):
-    """The CPU's weights where it has AMX (llm.quant.pack_bf16): bf16 weights, products of bf16-rounded inputs."""
-    import copy
-
-    from llm.quant import pack_bf16, weight_format
-
-    if not (torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()):
-        pytest.skip("this CPU or torch has no oneDNN bf16 products")
-    model = pack_bf16(copy.deepcopy(engine.model))
-    assert weight_format(model) == "bfloat16 weights"
-    with torch.no_grad():
-        last = model.head(model.trunk(torch.tensor(PROMPT_IDS)[None], causal=True))[0, -1]
-    assert last.argmax().item() == 504
-    # measured: 0.38 from transformers' fp32 logits (of ~24; fp16 weights: 0.0064): the activations' rounding
-    torch.testing.assert_close(last[list(NEXT_LOGITS)], torch.tensor(list(NEXT_LOGITS.values())), atol=0.6, rtol=0)
+    # measured from transformers' fp32 logits (of ~24): 0.0064 with fp16 weights; 0.38 with bf16, whose products
+    # round the activations too
+    torch.testing.assert_close(last[list(NEXT_LOGITS)], torch.tensor(list(NEXT_LOGITS.values())), atol=atol, rtol=0)
     decoded = autoregressive_reply(model, torch.tensor(PROMPT_IDS), engine.special, max_new_tokens=12)
     assert decoded.tokens == GREEDY_REPLY

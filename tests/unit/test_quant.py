@@ -90,8 +90,7 @@ def test_fp16_weights_need_fbgemm(monkeypatch):
         pack_fp16(tiny())
 
 
-onednn_bf16 = pytest.mark.skipif(not (torch.backends.mkldnn.is_available()
-                                      and torch.ops.mkldnn._is_mkldnn_bf16_supported()),
+onednn_bf16 = pytest.mark.skipif(not llm.quant.onednn_bf16_available(),
                                  reason="this CPU or torch has no oneDNN bf16 products")
 
 
