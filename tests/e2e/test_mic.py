@@ -181,8 +181,8 @@ def test_a_process_whose_threads_will_not_let_go_still_ends_after_ctrl_c():
              "mic.EXIT_GRACE_S = 1.0\n"
              "signal.signal(signal.SIGINT, mic._interrupt)\n"
              "threading.Thread(target=threading.Event().wait).start()   # not a daemon: never lets the process end\n"
-             "print('ready', flush=True)\n"
-             "try:\n"
+             "try:   # 'ready' inside: Ctrl-C may come before print returns\n"
+             "    print('ready', flush=True)\n"
              "    time.sleep(60)\n"
              "except KeyboardInterrupt:\n"
              "    print('bye', flush=True)\n")
