@@ -17,6 +17,7 @@ from app.agent.store import open_store
 from app.agent.tools import Toolbox
 from app.pipeline.lanes import LanePool
 from app.settings import Settings
+from llm.quant import weight_format
 from speech.asr import AsrOptions, Transcriber
 from speech.tts import Synthesizer
 from speech.vad import VadConfig
@@ -66,7 +67,8 @@ class Services:
         toolbox = Toolbox(profile, open_store(settings.db_path))
         services = cls(asr, tts, engine, toolbox, system_prompt(profile, toolbox, engine.chat_style),
                        agent_options=agent_options_for(settings.llm_model), llm_batch=settings.llm_batch)
-        log.info("models loaded in %.1f s (llm %s, %s)", time.perf_counter() - t0, settings.llm_model, engine.chat_style)
+        log.info("models loaded in %.1f s (llm %s, %s, %s %s)", time.perf_counter() - t0, settings.llm_model,
+                 engine.chat_style, engine.device, weight_format(engine.model))   # bf16 or fp16 weights: llm.quant
         return services
 
     def new_agent(self) -> Agent:
