@@ -10,8 +10,9 @@ fp32 product of a few rows runs far below this CPU's peak), and the greedy token
 
 bf16 (`pack_bf16`): every block projection's weight in bf16, packed for oneDNN; a product rounds its input and its
 output to bf16 (8 significant bits), and everything between the products (norms, attention, the residual stream)
-stays fp32, as does the tied head's output (its product is fp16's). On a CPU with AMX (bf16 tile products: Intel Xeon since Sapphire Rapids) a product of 64 rows costs what
-one row's does, where fbgemm's fp16 one grows with the rows. NOTE: on such a 2-core Xeon, 30 blocks' 120 products
+stays fp32, as does the tied head's output (its product is fp16's). On a CPU with AMX (bf16 tile products: Intel
+Xeon since Sapphire Rapids) a product of 64 rows costs what one row's does, where fbgemm's fp16 one grows with the
+rows. NOTE: on such a 2-core Xeon, 30 blocks' 120 products
 (SmolLM2-135M) took 11.2 / 11.2 / 11.5 / 11.6 ms over 1 / 5 / 9 / 64 rows in bf16, against 11.2 / 15.8 / 19.9 /
 27.5 ms in fp16; 28 development-set turns (2 threads) spent 14.3 s in the model instead of 17.7 (prefill 3.2 s
 instead of 5.2), with the same 28 replies (2026-12-05). `cpu_weights: "auto"` (the shipped adapter's) picks it
@@ -122,24 +123,25 @@ def _require_cpu(model: Transformer, what: str) -> None:
         raise ValueError(f"{what} weights are for the CPU; on a GPU run the model in bf16 or fp32")
 
 
-def _made(make, jobs: list[tuple], threads: int = 1) -> list[nn.Module]:
-    """make(weight, bias) for each (weight, bias) of `jobs`, on up to `threads` Python threads (torch's packing
-    ops release the GIL)."""
+def _made(jobs: list[tuple], threads: int = 1) -> list[nn.Module]:
+    """make(weight, bias) for each (make, weight, bias) of `jobs`, on up to `threads` Python threads (torch's
+    packing ops release the GIL)."""
     if threads <= 1 or len(jobs) < 2:
-        return [make(*job) for job in jobs]
+        return [make(weight, bias) for make, weight, bias in jobs]
     with ThreadPoolExecutor(threads, thread_name_prefix="pack") as pool:
-        return list(pool.map(lambda job: make(*job), jobs))
+        return list(pool.map(lambda job: job[0](job[1], job[2]), jobs))
 
 
 def _replace_products(model: Transformer, names, make, threads: int = 1, head=None) -> Transformer:
     """Replace the projections `names` of every block by make(weight, bias), in place, and give a tied head
     (head or make)(embedding, None) as its output projection (the embedding itself stays fp32 for the lookup)."""
     places = [(block, name) for block in model.transformer.blocks for name in names]
-    jobs = [(getattr(block, name).weight.detach(), getattr(block, name).bias) for block, name in places]
-    for (owner, name), module in zip(places, _made(make, jobs, threads)):
-        setattr(owner, name, module)
+    jobs = [(make, getattr(block, name).weight.detach(), getattr(block, name).bias) for block, name in places]
     if model.args.weight_tying:
-        model.tied_head = (head or make)(model.transformer.wte.weight.detach(), None)
+        places.append((model, "tied_head"))
+        jobs.append((head or make, model.transformer.wte.weight.detach(), None))
+    for (owner, name), module in zip(places, _made(jobs, threads)):
+        setattr(owner, name, module)
     return model
 
 
@@ -157,7 +159,7 @@ def pack_fp16(model: Transformer) -> Transformer:
     _require_cpu(model, "fp16-packed")
     if not fbgemm_available():
         raise RuntimeError("this torch build has no fbgemm (an x86 CPU build has it): fp16 weights need it")
-    return _pack(model, Fp16Linear, head=Fp16Linear)
+    return _pack(model, Fp16Linear)
 
 
 def pack_bf16(model: Transformer) -> Transformer:
@@ -173,9 +175,9 @@ def pack_bf16(model: Transformer) -> Transformer:
     return _pack(model, Bf16Linear, head=Fp16Linear if fbgemm_available() else Bf16Linear)
 
 
-def _pack(model: Transformer, make, head) -> Transformer:
+def _pack(model: Transformer, make, head=None) -> Transformer:
     """Every projection of every block by make(weight, bias), the FUSED_LINEARS' parts as one product each, and a
-    tied head by head(embedding, None); in place."""
+    tied head by (head or make)(embedding, None); in place."""
     threads = torch.get_num_threads()
     places, jobs = [], []
     for block in model.transformer.blocks:
@@ -183,8 +185,8 @@ def _pack(model: Transformer, make, head) -> Transformer:
             parts = [getattr(block, name) for name in names]
             bias = None if parts[0].bias is None else torch.cat([part.bias.detach() for part in parts])
             places.append((block, fused, names))
-            jobs.append((torch.cat([part.weight.detach() for part in parts]), bias))
-    for (block, fused, names), module in zip(places, _made(make, jobs, threads)):
+            jobs.append((make, torch.cat([part.weight.detach() for part in parts]), bias))
+    for (block, fused, names), module in zip(places, _made(jobs, threads)):
         setattr(block, fused, module)
         for name in names:
             delattr(block, name)
