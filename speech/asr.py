@@ -104,10 +104,8 @@ class Transcriber:
             if text is not None:
                 return text
         text = self._transcribe_full(x)
-        # NOTE: a short window's decode that loops falls back to this path, whose temperature fallback samples:
-        # 0.5 s of room noise came back "I'm not sure what I'm doing, I'm not sure what I'm doing, I'm not sure
-        # what I'm doing." in one run of the suite and "" in others. More words than speech of that length holds
-        # were not said.
+        # NOTE: a short window's decode that loops falls back to this path: 0.5 s of room noise once came back "I'm
+        # not sure what I'm doing," three times. More words than speech of that length holds were not said.
         return "" if len(self._tokenizer.encode(text)) > _most_tokens(duration_s) else text
 
     def warm_up(self) -> None:
@@ -155,10 +153,18 @@ class Transcriber:
         return tokens
 
     def _transcribe_full(self, x: np.ndarray) -> str:
-        """faster-whisper's own loop over 30 s windows, without its VAD (turns are already segmented)."""
+        """faster-whisper's own loop over 30 s windows, without its VAD (turns are already segmented). Audio that
+        fits the short window is here because its greedy decode looped: it is decoded greedily again, not sampled.
+
+        NOTE: faster-whisper's temperature fallback samples when a greedy decode fails its checks. On noise it made
+        up words at random: one fresh-clone run heard 1 s of loud room noise as "No, no, no, no, no." where other
+        runs heard "" (the greedy decode of noise loops, and the loop is dropped in `transcribe`). None of 150
+        spoken clips of speech.vocabulary_set (espeak-ng voices, clean and noisy) came to this path (2026-12-05)."""
+        short = x.size <= (self.options.window_s - _MIN_PADDING_S) * SAMPLE_RATE_HZ
         segments, _ = self._model.transcribe(
             x, language="en", beam_size=self.options.beam_size, vad_filter=False, without_timestamps=True,
-            condition_on_previous_text=False, initial_prompt=self.options.prompt.strip() or None)
+            condition_on_previous_text=False, initial_prompt=self.options.prompt.strip() or None,
+            **({"temperature": 0.0} if short else {}))
         return " ".join(segment.text.strip() for segment in segments).strip()
 
 
