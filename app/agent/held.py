@@ -161,6 +161,41 @@ def says_a_value(spec: dict, said: Said, times: set[str]) -> bool:
     return any(said.says(v) for v in (*spec.get("enum", ()), *spec.get("examples", ())) if isinstance(v, str))
 
 
+def _last_lacking(messages: list[dict], schemas: list[dict]) -> tuple[dict, list[str]] | None:
+    """(the schema, the details it lacked) of the call whose lack the agent answered just before the caller's latest
+    message (`missing_result`: the question the caller is answering); None when there was none."""
+    last = latest_user(messages)
+    for m in reversed(messages[:last] if last >= 0 else []):
+        if m["role"] == "user":
+            return None
+        if m["role"] != "tool":
+            continue
+        read = read_tool_message(m)
+        if read is None:
+            return None
+        tool, result = read
+        missing = result.get("missing")
+        schema = next((s for s in schemas if s["name"] == tool), None)
+        return (schema, missing) if isinstance(missing, list) and schema is not None else None
+    return None
+
+
+def times_answered(messages: list[dict], schemas: list[dict], open_at=None) -> set[str]:
+    """The clock times the caller's latest message says: those said as clock times (`times_in`'s clock_only), or,
+    when the agent has just asked for a time (the call before lacked a clock-pattern detail), any number that may
+    be one: "thursday morning, like 9?" answers "What day would you like to come in?" after a booking that lacked
+    the day and the time, while "I want to book one" opening a call says no time."""
+    last = latest_words(messages)
+    clock = times_in(last, open_at, clock_only=True)
+    lacking = None if clock else _last_lacking(messages, schemas)
+    if lacking is None:
+        return clock
+    schema, missing = lacking
+    properties = schema["parameters"].get("properties", {})
+    asked = any(properties.get(k, {}).get("pattern") == CLOCK_PATTERN for k in missing)
+    return times_in(last, open_at) if asked else clock
+
+
 def asked_for(messages: list[dict], schemas: list[dict], own: list[tuple[int, list[str]]], said_last: Said,
               times_last: set[str]) -> dict[str, list[str]]:
     """{tool: the free x-said details (no enum, examples or pattern: a name) its last call lacked} when the agent
@@ -171,26 +206,16 @@ def asked_for(messages: list[dict], schemas: list[dict], own: list[tuple[int, li
     last = latest_user(messages)
     if last < 0 or not any(index == last for index, _ in own):
         return {}  # no words of the caller's own in their latest message
-    for m in reversed(messages[:last]):
-        if m["role"] == "user":
-            return {}
-        if m["role"] != "tool":
-            continue
-        read = read_tool_message(m)
-        if read is None:
-            return {}
-        tool, result = read
-        missing = result.get("missing")
-        schema = next((s for s in schemas if s["name"] == tool), None)
-        if not isinstance(missing, list) or schema is None:
-            return {}
-        properties = schema["parameters"].get("properties", {})
-        specs = {k: properties[k] for k in missing if k in properties}
-        free = [k for k, spec in specs.items() if spec.get(SAID) and not {"enum", "examples", "pattern"} & spec.keys()]
-        if any(says_a_value(spec, said_last, times_last) for k, spec in specs.items() if k not in free):
-            return {}  # the caller answered another detail the call lacked
-        return {schema["name"]: free} if free else {}
-    return {}
+    lacking = _last_lacking(messages, schemas)
+    if lacking is None:
+        return {}
+    schema, missing = lacking
+    properties = schema["parameters"].get("properties", {})
+    specs = {k: properties[k] for k in missing if k in properties}
+    free = [k for k, spec in specs.items() if spec.get(SAID) and not {"enum", "examples", "pattern"} & spec.keys()]
+    if any(says_a_value(spec, said_last, times_last) for k, spec in specs.items() if k not in free):
+        return {}  # the caller answered another detail the call lacked
+    return {schema["name"]: free} if free else {}
 
 
 def about_a_person(messages: list[dict], schemas: list[dict]) -> list[str]:
@@ -267,7 +292,7 @@ def held(schemas: list[dict], messages: list[dict], profile=None) -> list[dict]:
     open_at = getattr(profile, "open_at", None)
     heard = sorted(latest(messages, lambda text: times_in(text, open_at)) or said.times)
     last = latest_words(messages)
-    said_last, times_last = Said([last], profile), times_in(last, open_at, clock_only=True)
+    said_last, times_last = Said([last], profile), times_answered(messages, schemas, open_at)
     own = callers_own_runs(messages)
     asked = asked_for(messages, schemas, own, said_last, times_last)
     said_callers = Said([m["content"] for m in messages if m["role"] == "user"], profile)

@@ -15,7 +15,7 @@ import threading
 
 from app.agent import schema_grammar
 from app.agent.protocol import TOOL_CALL_OPEN, TOOL_CALL_RE, compact
-from app.agent.held import fullest, held, known, says_a_value
+from app.agent.held import fullest, held, known, says_a_value, times_answered
 from app.agent.said import Said, invented, is_free, name_words, names_last, settle, value_words
 from app.agent.spoken_times import times_in
 
@@ -161,7 +161,8 @@ class CallCheck:
         schema = next(s for s in schemas if s["name"] == name)
         spec = schema["parameters"].get("properties", {})
         callers = [m["content"] for m in messages if m["role"] == "user"]
-        said, times = Said(callers, profile), set().union(*(times_in(text, clock_only=True) for text in callers))
+        said = Said(callers, profile)
+        times = set().union(times_answered(messages, schemas), *(times_in(text, clock_only=True) for text in callers))
         for key in missing:
             values = {"enum", "pattern"} & spec.get(key, {}).keys()  # none: any words (a name, a service)
             if key in written or values and not says_a_value(spec[key], said, times):

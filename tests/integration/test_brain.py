@@ -256,6 +256,19 @@ def test_a_name_given_turns_ago_is_booked_not_asked_for_again(brain, history, la
     assert calls(turn) == [("book_appointment", booking)], (turn.reply, agent.messages)
 
 
+@pytest.mark.parametrize("answer", ["thursday morning, like 9?", "Thursday, um, 9 works"])
+def test_a_bare_hour_answering_the_question_for_a_time_is_booked(brain, answer):
+    """At the dental clinic, a cleaning that lacked the day and the time was answered with a question for them; the
+    caller's "like 9" is the time. The model left it out and asked for the time again while a bare number counted
+    as a time only with "at" or "around" before it (app.agent.held.times_answered)."""
+    agent = agent_for(brain, DENTIST)
+    first = agent.respond("yeah hi I'd like to schedule a cleaning for my daughter, her name is Ana Lucia Ferreira")
+    assert not first.tool_calls, first.reply  # it lacked the day and the time: a question for them
+    turn = agent.respond(answer)
+    assert calls(turn) == [("book_appointment", {"name": "Ana Lucia Ferreira", "day": "thursday", "time": "09:00",
+                                                 "service": "cleaning"})], (turn.reply, agent.messages)
+
+
 def drafted_to_first_phrase(agent, text):
     """agent.draft(text) stopped as the session stops it: once the first phrase of its speech is written."""
     phrased, spoken = threading.Event(), []

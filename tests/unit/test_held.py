@@ -1,8 +1,9 @@
 """The reply grammar's hold on x-said arguments (app.agent.held): each held to what the conversation said, and a
 name called in the fullest form the caller gave it."""
+import json
 import re
 
-from app.agent.held import fullest, held
+from app.agent.held import fullest, held, times_answered
 from app.agent.profile import load_profile
 from app.agent.protocol import format_tool_call, tool_message
 from app.agent.schema_grammar import ReplyGrammar
@@ -277,6 +278,33 @@ def test_a_name_the_agent_asked_for_is_written_when_the_caller_answers_with_it()
     assert "name" not in required(messages[:-1] + [{"role": "user", "content": "a beard trim please"}])
     assert "name" not in required(messages[:-1] + [{"role": "user", "content": "what service would you like?"}])
     assert "name" not in required(messages[:2] + [{"role": "user", "content": "it's Dana Okafor"}])  # nobody asked
+
+
+def test_a_bare_hour_is_a_time_when_it_answers_the_agents_question_for_one():
+    """"thursday morning, like 9?" answering a booking that lacked the day and the time is booked at 9:00 (the
+    model left the time out and asked for it again); the same number opening a call ("can I book one", "two kids")
+    or answering a question for a name is no time."""
+    schemas = Toolbox(PROFILE, open_store(":memory:")).schemas()
+    lacked = lambda missing: [  # noqa: E731
+        {"role": "user", "content": "I'd like to schedule a haircut for my daughter, Ana Ferreira"},
+        {"role": "assistant", "content": format_tool_call("book_appointment", {"name": "Ana Ferreira",
+                                                                               "service": "haircut"})},
+        {"role": "tool", "content": json.dumps({"name": "book_appointment",
+                                                "result": {"ok": False, "missing": missing}})},
+        {"role": "assistant", "content": "What day would you like to come in?"}]
+
+    def booking(messages):
+        params = next(s for s in held(schemas, messages, PROFILE) if s["name"] == "book_appointment")["parameters"]
+        return params["required"], params["properties"]["time"].get("enum")
+
+    answer = {"role": "user", "content": "thursday morning, like 9?"}
+    assert times_answered(lacked(["day", "time"]) + [answer], schemas) == {"09:00", "21:00"}
+    required, times = booking(lacked(["day", "time"]) + [answer])
+    assert "time" in required and "09:00" in times
+    assert times_answered(lacked(["name"]) + [answer], schemas) == set()  # asked for a name: no time was asked
+    assert "time" not in booking(lacked(["name"]) + [answer])[0]
+    assert times_answered([{"role": "user", "content": "can I book one for thursday"}], schemas) == set()
+    assert times_answered(lacked(["time"]) + [{"role": "user", "content": "at 4:30 pm"}], schemas) == {"16:30"}
 
 
 def _booked_by(*said: str, name: str) -> str:
