@@ -48,11 +48,15 @@ class Synthesizer:
 
     def synthesize(self, text: str) -> np.ndarray:
         """The whole text as one int16 array (empty for text with nothing to say), its numbers, times and prices read
-        the way a person says them ("$35" -> "thirty-five dollars", speech.spoken)."""
+        the way a person says them ("$35" -> "thirty-five dollars", speech.spoken). Piper's silence before the first
+        sound is cut (`edges_cut`), and after the last one too where the text stops mid-sentence (a reply's first
+        phrase, "A haircut is"): the rest of the sentence follows it without a pause."""
         chunks = [chunk.audio_int16_array for chunk in self._voice.synthesize(spoken(text), syn_config=self._config)]
         if not chunks:
             return np.zeros(0, dtype=np.int16)
-        return np.concatenate(chunks).astype(np.int16, copy=False)
+        audio = np.concatenate(chunks).astype(np.int16, copy=False)
+        return edges_cut(audio, self.sample_rate_hz, tail=not text.rstrip(_CLOSING_CHARS + " ").endswith(
+            tuple(_BOUNDARY_CHARS)))
 
     def stream(self, text: str, cancel: threading.Event | None = None) -> Iterator[tuple[str, np.ndarray]]:
         """(clause, int16 audio) one clause at a time; stops between clauses once `cancel` is set."""
@@ -66,6 +70,28 @@ class Synthesizer:
     def warm_up(self) -> None:
         """Run one short synthesis so the first real reply does not pay onnxruntime's first-call cost."""
         self.synthesize("Hello there.")
+
+
+SILENT_DB = -60.0   # a 5 ms frame this far below the loudest one is silence (Piper's edges: ~-85 dB)
+EDGE_MARGIN_MS = 10  # silence kept before the first sound, and after the last where the tail is cut
+
+
+def edges_cut(audio: np.ndarray, rate_hz: int, tail: bool = False) -> np.ndarray:
+    """`audio` from EDGE_MARGIN_MS before its first sound (a frame within SILENT_DB of the loudest) on, and with
+    `tail` up to EDGE_MARGIN_MS after its last. Piper starts each synthesis with 35-55 ms of silence (the caller
+    waits for it) and ends it with ~100-150 ms more (a pause, where the text ended mid-sentence)."""
+    frame = max(1, rate_hz // 200)
+    n = audio.size // frame
+    if n == 0:
+        return audio
+    rms = np.sqrt(np.mean(audio[:n * frame].astype(np.float32).reshape(n, frame) ** 2, axis=1))
+    loud = np.flatnonzero(rms > rms.max() * 10 ** (SILENT_DB / 20))
+    if not loud.size:
+        return audio
+    margin = rate_hz * EDGE_MARGIN_MS // 1000
+    start = max(0, loud[0] * frame - margin)
+    end = min(audio.size, (loud[-1] + 1) * frame + margin) if tail else audio.size
+    return audio[start:end]
 
 
 class ClauseSplitter:

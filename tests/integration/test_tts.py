@@ -63,6 +63,31 @@ def test_an_unvaried_voice_says_a_text_the_same_way_every_time(synthesizer):
     assert not np.array_equal(varied.synthesize(text), varied.synthesize(text))
 
 
+def _silent_edges_ms(audio: np.ndarray, rate_hz: int) -> tuple[float, float]:
+    """Milliseconds before the first and after the last 5 ms frame within 60 dB of the loudest."""
+    frame = rate_hz // 200
+    n = audio.size // frame
+    rms = np.sqrt(np.mean(audio[:n * frame].astype(np.float64).reshape(n, frame) ** 2, axis=1))
+    loud = np.flatnonzero(rms > rms.max() * 1e-3)
+    return 1000 * loud[0] * frame / rate_hz, 1000 * (audio.size - (loud[-1] + 1) * frame) / rate_hz
+
+
+def test_speech_starts_at_once_and_a_phrase_cut_mid_sentence_runs_on(synthesizer, transcriber):
+    """Piper starts each synthesis with 35-60 ms of silence, which the caller waited for before the first sound, and
+    ends a phrase cut mid-sentence ("A haircut is", the session's first phrase) with ~120 ms more, a pause before
+    "$35" that nobody makes. A whole sentence keeps the pause after it."""
+    rate = synthesizer.sample_rate_hz
+    for text in ("A haircut is", "What time on Thursday works for you?", "You're all set, Maria Nguyen."):
+        lead, _ = _silent_edges_ms(synthesizer.synthesize(text), rate)
+        assert lead <= 15, (text, lead)
+    _, open_tail = _silent_edges_ms(synthesizer.synthesize("A haircut is"), rate)
+    _, sentence_tail = _silent_edges_ms(synthesizer.synthesize("What time on Thursday works for you?"), rate)
+    assert open_tail <= 15 and sentence_tail >= 100, (open_tail, sentence_tail)
+    for text in ("A haircut is", "Sure, thanks."):  # nothing of the words was cut
+        audio = resample(synthesizer.synthesize(text), rate, SAMPLE_RATE_HZ)
+        assert word_error_rate(text, transcriber.transcribe(audio)) == 0.0, text
+
+
 def test_nothing_to_say_gives_no_audio(synthesizer):
     assert synthesizer.synthesize("").size == 0
     assert list(synthesizer.stream("   ")) == []
