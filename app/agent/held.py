@@ -268,9 +268,11 @@ def held(schemas: list[dict], messages: list[dict], profile=None) -> list[dict]:
       2026-12-03: calls exact 82.2% of the salon's held-out turns and 70.9% of the bike shop's, against 81.1%
       and 68.6% when only required arguments were held so, and 81.1% and 67.4% before either;
     - an x-said clock time (CLOCK_PATTERN) or enum (a day) is one of the values the caller said last (`latest`),
-      when they said any; else one of those the conversation said, when it said any. The model chooses between
-      readings ("three thirty": 03:30 or 15:30; "3:30 p.m.": 15:30 alone; the one the business is open at,
-      when it is open at one only) but never writes a time nobody said;
+      when they said any; else one of those the conversation said, when it said any; else no time at all. The
+      model chooses between readings ("three thirty": 03:30 or 15:30; "3:30 p.m.": 15:30 alone; the one the
+      business is open at, when it is open at one only) but never writes a time nobody said: "what times do you
+      have?" after "tomorrow" was a check of 10:00, dropped as unsaid with the day left out, and the caller heard
+      "I'm sorry, I can't help with that.";
     - a string the schema gives `examples` of (a service) is one of those the caller's latest words name, as the
       business names it or as they said it (`services_pattern`), when they name any: "Just a kids cut please."
       after "I'm sorry. We don't offer eyelash extensions." was booked as eyelash extensions again, copied from
@@ -305,6 +307,7 @@ def held(schemas: list[dict], messages: list[dict], profile=None) -> list[dict]:
     for s in out:
         params = s["parameters"]
         properties = params.get("properties", {})
+        unsaid_times: list[str] = []
         said_now = [k for k, spec in properties.items() if spec.get(SAID) and says_a_value(spec, said_last, times_last)]
         said_now += [k for k in asked.get(s["name"], ()) if k in properties and k not in said_now]
         required = [k for k in params.get("required", ()) if not properties.get(k, {}).get(SAID) or k in said_now]
@@ -322,6 +325,8 @@ def held(schemas: list[dict], messages: list[dict], profile=None) -> list[dict]:
                 if heard:
                     del spec["pattern"]
                     spec["enum"] = list(heard)
+                else:
+                    unsaid_times.append(key)
             elif "enum" in spec:
                 values = tuple(spec["enum"])
                 if values not in enums:
@@ -336,4 +341,6 @@ def held(schemas: list[dict], messages: list[dict], profile=None) -> list[dict]:
                 spec["pattern"] = named  # named before: one of those, or another the latest words name
             elif free:
                 spec["pattern"] = free
+        for key in unsaid_times:   # nobody said a time: the grammar writes none (settle would drop it)
+            del properties[key]
     return out

@@ -269,6 +269,16 @@ def test_a_bare_hour_answering_the_question_for_a_time_is_booked(brain, answer):
                                                  "service": "cleaning"})], (turn.reply, agent.messages)
 
 
+def test_the_free_times_asked_for_mid_booking_are_checked_on_the_day_given(brain):
+    """"what times do you have?" after the day of a booking: the model checked 10:00, a time nobody said, left the
+    day out, and the caller heard "I'm sorry, I can't help with that." With no time said, the grammar writes none."""
+    agent = agent_for(brain)
+    for said in ("I'd like to book a haircut", "tomorrow"):
+        assert not agent.respond(said).tool_calls
+    turn = agent.respond("what times do you have?")
+    assert calls(turn) == [("check_availability", {"day": "tomorrow"})], (turn.reply, agent.messages)
+
+
 def drafted_to_first_phrase(agent, text):
     """agent.draft(text) stopped as the session stops it: once the first phrase of its speech is written."""
     phrased, spoken = threading.Event(), []

@@ -48,9 +48,11 @@ def test_clock_times_are_held_to_those_the_conversation_said():
     said = held(SCHEMAS, [{"role": "user", "content": "Friday at 3:30 p.m., or maybe three thirty"}])
     book = next(s for s in said if s["name"] == "book_appointment")["parameters"]["properties"]
     assert book["time"]["enum"] == ["03:30", "15:30"]
-    free = held(SCHEMAS, [{"role": "user", "content": "Friday, please"}])  # no time said: any time
-    assert next(s for s in free if s["name"] == "book_appointment")["parameters"]["properties"]["time"] == \
-        next(s for s in SCHEMAS if s["name"] == "book_appointment")["parameters"]["properties"]["time"]
+    # no time said: the grammar writes none ("what times do you have?" after "tomorrow" checked 10:00, a time the
+    # model made up, and the call, dropped as unsaid, was answered "I'm sorry, I can't help with that.")
+    free = held(SCHEMAS, [{"role": "user", "content": "Friday, please"}])
+    assert "time" not in next(s for s in free if s["name"] == "book_appointment")["parameters"]["properties"]
+    assert "time" not in next(s for s in free if s["name"] == "check_availability")["parameters"]["properties"]
 
 
 def test_the_held_grammar_refuses_a_time_nobody_said():
