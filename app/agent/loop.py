@@ -126,7 +126,7 @@ class Agent:
                 if acted is not None:
                     return acted
                 for ask in (self.weighed.followed_up, self.weighed.asked_of_a_service, self.weighed.named_topic,
-                            self.weighed.named_tool):
+                            self.weighed.named_tool, self.weighed.completed):
                     called, seconds = ask(messages, replies, cancel)
                     asked += seconds
                     if called is not None:

@@ -1,6 +1,6 @@
 """The embedded brain's calls that the model weighed but would not make, made when the caller's words ask for
 them (app.agent.weighed): follow-ups, questions of a service or a topic, a tool named by what it does, a call made
-up whole, and an answer with thanks after it. The real model, agent, tools and grammar, as in test_brain."""
+up whole, a turn that completes the call weighed, and an answer with thanks after it. The real model, agent, tools and grammar, as in test_brain."""
 import pytest
 
 from tests.integration.test_brain import BIKE_SHOP, DENTIST, EYE_CARE, agent_for, calls
@@ -82,3 +82,18 @@ def test_an_answer_with_thanks_after_it_is_acted_on(brain, profile, history, las
     agent.messages = [{"role": ("user", "assistant")[i % 2], "content": text} for i, text in enumerate(history)]
     turn = agent.respond(last)
     assert calls(turn) == [("book_appointment", booking)], (turn.reply, agent.messages)
+
+
+def test_a_name_given_after_a_free_time_is_offered_books_it(brain):
+    """"Noah Williams" after "Yes, Wednesday ... at 10:30 AM is free. Would you like me to book it?" drew "I'm sorry, I
+    can't help with that.": the model gave a call 0.22 of its probability and the booking 0.82 of a call's
+    (Weighed.completed). The booking holds the time offered, the service asked about and the name."""
+    agent = agent_for(brain, EYE_CARE)
+    checked = agent.respond("I need an eye exam, do you have anything wednesday morning?")
+    assert [name for name, _ in calls(checked)] == ["check_availability"], checked.reply
+    offered = agent.respond("10:30 works")
+    assert calls(offered) == [("check_availability", {"day": "wednesday", "time": "10:30"})], offered.reply
+    turn = agent.respond("Noah Williams")
+    assert calls(turn) == [("book_appointment", {"name": "Noah Williams", "day": "wednesday", "time": "10:30",
+                                                 "service": "eye exam"})], (turn.reply, agent.messages)
+    assert "all set" in turn.reply.lower() or "booked" in turn.reply.lower()
