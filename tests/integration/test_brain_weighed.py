@@ -1,6 +1,7 @@
 """The embedded brain's calls that the model weighed but would not make, made when the caller's words ask for
 them (app.agent.weighed): follow-ups, questions of a service or a topic, a tool named by what it does, a call made
-up whole, a turn that completes the call weighed, and an answer with thanks after it. The real model, agent, tools and grammar, as in test_brain."""
+up whole, a turn that completes the call weighed, and an answer with thanks after it. The real model, agent, tools
+and grammar, as in test_brain."""
 import pytest
 
 from tests.integration.test_brain import BIKE_SHOP, DENTIST, EYE_CARE, agent_for, calls
