@@ -21,7 +21,7 @@ from functools import cached_property
 
 from app.agent.held import named_alone
 from app.agent.protocol import TOOL_CALL_OPEN, parse_tool_calls, read_tool_message
-from app.agent.said import SAID, Said, latest_user, latest_words, rests_on
+from app.agent.said import SAID, Said, is_free, latest_user, latest_words, rests_on
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +55,7 @@ _DESCRIPTION_WORD = 4  # the shortest word of a tool's description that names wh
 # AM is free. Would you like me to book it?") drew "I'm sorry, I can't help with that." at an optician and the salon,
 # the model giving a call 0.22-0.39 of its probability and book_appointment 0.72-0.82 of a call's (2026-12-05). At
 # least this share on a call, and NAMED_SHARE of it on one tool, whose call lacks nothing and holds the caller's
-# latest words: the model's own call (`Weighed.completed`).
+# latest words (or, lacking some, a name or service of theirs): the model's own call (`Weighed.completed`).
 GIVEN_SHARE = 0.2
 
 _SENTENCE_WORDS = re.compile(r"[\w']+")
@@ -262,8 +262,11 @@ class Weighed:
     def completed(self, messages: list[dict], replies, cancel) -> tuple[object | None, float]:
         """The call of the tool the model weighs most, for a turn that completes it: when the model would answer in
         words but gives a call at least GIVEN_SHARE of its probability, and NAMED_SHARE of a call's to one tool,
-        whose call then lacks nothing (`CallCheck.settled`, probes included) and holds a detail the caller's latest
-        words say (app.agent.said.rests_on): a name given after "Would you like me to book it?" is the booking.
+        whose call (`CallCheck.settled`, probes included) holds a detail the caller's latest words say
+        (app.agent.said.rests_on): a name given after "Would you like me to book it?" is the booking. A call that
+        still lacks details is the reply's when those words give one of its free details (a name, a service:
+        words of the caller's own), and the caller is asked for the rest: "Eli Brown", asked for the time of a flat
+        fix, had drawn "I'm sorry, I can't help with that."
         The generation and the seconds this took; (None, seconds) otherwise. One pass over a few tokens past the
         prompt, and the call's generation when the model weighs one tool so."""
         started = time.perf_counter()
@@ -279,10 +282,15 @@ class Weighed:
             return None, time.perf_counter() - started
         gen, settled = self._one_call(messages, replies, cancel, written)
         seconds = time.perf_counter() - started
-        if not settled or settled[0][0] != name or settled[0][2] or not rests_on(
-                name, settled[0][1], self.toolbox.schemas(), [latest_words(messages)], self.toolbox.profile):
-            log.debug("the call weighed (share %.3f) lacks details or holds nothing said last: %r", share,
-                      gen and gen.text)
+        schemas = self.toolbox.schemas()
+        if not settled or settled[0][0] != name:
+            return None, seconds
+        _, arguments, missing = settled[0]
+        if missing:  # then it is answered with a question for the rest, when the latest words give a name or service
+            properties = next(s for s in schemas if s["name"] == name)["parameters"].get("properties", {})
+            arguments = {k: v for k, v in arguments.items() if is_free(properties.get(k, {}))}
+        if not rests_on(name, arguments, schemas, [latest_words(messages)], self.toolbox.profile):
+            log.debug("the call weighed (share %.3f) holds nothing said last: %r", share, gen.text)
             return None, seconds
         log.debug("the call the turn completes (share %.3f): %r", share, gen.text)
         gen.seconds = seconds

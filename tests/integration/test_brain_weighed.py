@@ -98,3 +98,15 @@ def test_a_name_given_after_a_free_time_is_offered_books_it(brain):
     assert calls(turn) == [("book_appointment", {"name": "Noah Williams", "day": "wednesday", "time": "10:30",
                                                  "service": "eye exam"})], (turn.reply, agent.messages)
     assert "all set" in turn.reply.lower() or "booked" in turn.reply.lower()
+
+
+def test_a_name_given_where_the_service_was_never_said_is_asked_for_the_service(brain):
+    """The same offer answered with a name, the service never said: the booking the model weighs lacks the service,
+    and the caller is asked for it, not told "I'm sorry, I can't help with that."."""
+    agent = agent_for(brain, EYE_CARE)
+    offered = agent.respond("can I swing by tomorrow around 2?")
+    assert [name for name, _ in calls(offered)] == ["check_availability"], offered.reply
+    turn = agent.respond("Carmen Diaz")
+    assert turn.tool_calls == [] and "can't help" not in turn.reply and turn.reply.endswith("?"), turn.reply
+    held = [m["content"] for m in agent.messages if m["role"] == "assistant" and "book_appointment" in m["content"]]
+    assert held and "Carmen Diaz" in held[-1], agent.messages
