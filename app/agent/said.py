@@ -34,7 +34,7 @@ from app.agent.spoken_times import says_today, times_in
 SAID = "x-said"  # the schema keyword: this argument must have been said in the conversation
 CLOCK_PATTERN = "^[0-2][0-9]:[0-5][0-9]$"  # a schema's "pattern" for a clock time, HH:MM on a 24-hour clock
 _HHMM = re.compile(r"^\d{2}:\d{2}$")
-_SENTENCE_WORDS = re.compile(r"[\w']+")
+SENTENCE_WORDS = re.compile(r"[\w']+")
 WRITTEN_WORD = re.compile(r"[^\W_]+(?:'[^\W_]+)*")  # letters and digits, with inner apostrophes (O'Brien)
 
 
@@ -68,7 +68,7 @@ def stem(word: str) -> str:
 
 
 def _words(text: str) -> list[str]:
-    return [stem(w) for w in _SENTENCE_WORDS.findall(fold(text))]
+    return [stem(w) for w in SENTENCE_WORDS.findall(fold(text))]
 
 
 def value_words(value: str) -> set[str]:
@@ -295,7 +295,7 @@ def possessed(schema: dict, arguments: dict) -> list[str]:
     who, not their name. ("I'd like to book for my daughter, a kids haircut saturday at 10" was booked under the
     name "my daughter", and her own name, given next, found the slot taken by it.)"""
     return [key for key, value in _free_values(schema, arguments)
-            if _SENTENCE_WORDS.findall(fold(value))[0] in _POSSESSIVES]
+            if SENTENCE_WORDS.findall(fold(value))[0] in _POSSESSIVES]
 
 
 # English's filled pauses as speech recognizers write them ("Okay so, Um, 5:30 in the afternoon.")
@@ -307,7 +307,7 @@ def hesitated(schema: dict, arguments: dict) -> list[str]:
     the afternoon.", asked for a time, was booked under the name "Um" (the probe of the name wrote it with 0.85 of
     the model's probability, an optician's held-out call, 2026-12-05)."""
     return [key for key, value in _free_values(schema, arguments)
-            if set(_SENTENCE_WORDS.findall(fold(value))) <= _HESITATIONS]
+            if set(SENTENCE_WORDS.findall(fold(value))) <= _HESITATIONS]
 
 
 def known(messages: list[dict], key: str) -> list[str]:
@@ -326,7 +326,7 @@ def someone_else(schema: dict, arguments: dict, messages: list[dict], profile=No
     name, which moved Emma's own booking; the name is asked for instead. The sister's own name, given in a turn
     before ("10:30 for her is fine" after her booking was refused), stays hers."""
     last = latest_words(messages)
-    words = _SENTENCE_WORDS.findall(fold(last))
+    words = SENTENCE_WORDS.findall(fold(last))
     if not _POSSESSIVES.intersection(words):
         return []
     texts = [m["content"].replace("_", " ") for m in messages if m["role"] == "system"]
@@ -349,7 +349,7 @@ def _free_values(schema: dict, arguments: dict) -> list[tuple[str, str]]:
     """(key, value) of a call's free arguments (`is_free`) that hold a word."""
     properties = schema["parameters"].get("properties", {})
     return [(key, value) for key, value in arguments.items()
-            if is_free(properties.get(key, {})) and isinstance(value, str) and _SENTENCE_WORDS.search(fold(value))]
+            if is_free(properties.get(key, {})) and isinstance(value, str) and SENTENCE_WORDS.search(fold(value))]
 
 
 def invented(name: str, arguments: dict, kept: dict, schemas: list[dict]) -> bool:

@@ -3,7 +3,7 @@
 The model decides; these ask it again, on its own probabilities, and the call it then writes is held by the reply
 grammar and `CallCheck.settled` like any other (app.agent.meant):
 - a trailing courtesy may turn an answer into small talk for the model: it is asked again without the caller's
-  last few words, or its first and last (`courtesy_parts`, `Weighed.acted_on_part`);
+  last few words, or its first and last (app.agent.courtesy, `Weighed.acted_on_part`);
 - a question the model weighed a call for but would answer otherwise is answered by that call: the question
   before asked about another value (`Weighed.followed_up`), a service the business offers
   (`asked_of_a_service`), a tool's topic (`named_topic`);
@@ -15,13 +15,13 @@ grammar and `CallCheck.settled` like any other (app.agent.meant):
   answered by that call (`Weighed.completed`).
 """
 import logging
-import re
 import time
 from functools import cached_property
 
+from app.agent.courtesy import courtesy_parts
 from app.agent.held import named_alone
 from app.agent.protocol import TOOL_CALL_OPEN, parse_tool_calls, read_tool_message
-from app.agent.said import SAID, Said, is_free, latest_user, latest_words, rests_on
+from app.agent.said import SAID, SENTENCE_WORDS, Said, is_free, latest_user, latest_words, rests_on
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +50,6 @@ FOLLOW_SHARE = 0.05
 NAMED_SHARE = 0.75
 _DESCRIPTION_WORD = 4  # the shortest word of a tool's description that names what it does ("call", not "the")
 
-
 # A turn that gives what a call the model weighs lacked ("Noah Williams" after "Yes, Wednesday, December 9 at 10:30
 # AM is free. Would you like me to book it?") drew "I'm sorry, I can't help with that." at an optician and the salon,
 # the model giving a call 0.22-0.39 of its probability and book_appointment 0.72-0.82 of a call's (2026-12-05). At
@@ -59,40 +58,6 @@ _DESCRIPTION_WORD = 4  # the shortest word of a tool's description that names wh
 # Novak" after a kids haircut's time was offered gave a call 0.21, the booking 0.61 of it (free times 0.36).
 GIVEN_SHARE = 0.2
 COMPLETED_SHARE = 0.5
-
-_SENTENCE_WORDS = re.compile(r"[\w']+")
-_CLAUSE_END = re.compile(r"[,;.?!]+(?=\s)")
-
-
-def leading_parts(text: str, most_words: int) -> list[str]:
-    """`text` without its last clause, then without its last two, and so on, longest first, while the words left
-    out are at most `most_words` and some remain: "Joaquin Santos, thanks, thanks." -> ["Joaquin Santos, thanks.",
-    "Joaquin Santos."]. A clause ends at a comma or a sentence end; each part ends as a sentence does, as a speech
-    recognizer writes it."""
-    text = text.strip()
-    parts = []
-    for cut in reversed(list(_CLAUSE_END.finditer(text))):
-        lead = text[:cut.start()].strip()
-        if not _SENTENCE_WORDS.search(lead) or len(_SENTENCE_WORDS.findall(text[cut.start():])) > most_words:
-            break
-        parts.append(lead + (cut.group().strip(",;")[-1:] or "."))
-    return parts
-
-
-def courtesy_parts(text: str, most_words: int) -> list[str]:
-    """The parts of `text` a courtesy around it may hide: `leading_parts`, then, when its first clause is shorter
-    than the rest (a greeting, not the answer), the text without it and the leading parts of what is left, while
-    the words left out in all are at most `most_words`: "Hello, Kenji, thanks." -> ["Hello, Kenji.", "Hello.",
-    "Kenji, thanks.", "Kenji."]; "Joaquin Santos, thanks." -> ["Joaquin Santos."]."""
-    text = text.strip()
-    parts = leading_parts(text, most_words)
-    first = _CLAUSE_END.search(text)
-    if first is None:
-        return parts
-    rest, dropped = text[first.end():].strip(), len(_SENTENCE_WORDS.findall(text[:first.start()]))
-    if 0 < dropped < min(most_words, len(_SENTENCE_WORDS.findall(rest))):
-        parts += [rest, *leading_parts(rest, most_words - dropped)]
-    return parts
 
 
 def question_before(messages: list[dict]) -> tuple[str, dict] | None:
@@ -118,7 +83,7 @@ def _a_question(messages: list[dict]) -> bool:
 def description_words(schema: dict) -> set[str]:
     """The words of a tool's description that may name what it does: "Hand the call to a person on the staff." ->
     {"hand", "call", "person", "staff"}."""
-    return {w for w in _SENTENCE_WORDS.findall(schema.get("description", "").lower()) if len(w) >= _DESCRIPTION_WORD}
+    return {w for w in SENTENCE_WORDS.findall(schema.get("description", "").lower()) if len(w) >= _DESCRIPTION_WORD}
 
 
 class Weighed:
@@ -242,7 +207,7 @@ class Weighed:
         probabilities = getattr(self.engine, "next_token_probabilities", None)
         if probabilities is None or not messages or messages[-1]["role"] != "user":
             return None, time.perf_counter() - started
-        said = set(_SENTENCE_WORDS.findall(messages[-1]["content"].lower()))
+        said = set(SENTENCE_WORDS.findall(messages[-1]["content"].lower()))
         opening, names = self._names
         named = [s["name"] for s in self.toolbox.schemas()
                  if s["name"] in names and not s["parameters"].get("properties") and said & description_words(s)]

@@ -12,7 +12,7 @@ from app.agent.loop import Agent
 from app.agent.options import AgentOptions
 from app.agent.profile import load_profile
 from app.agent.protocol import TOOL_CALL_OPEN, format_tool_call
-from app.agent.weighed import courtesy_parts, leading_parts
+from app.agent.courtesy import courtesy_parts, leading_parts
 from app.agent.store import open_store
 from app.agent.tools import Toolbox
 from tests.checkpoints import train_bpe
