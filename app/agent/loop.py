@@ -183,7 +183,7 @@ class Agent:
             if gen.stopped == "cancelled" or not calls:
                 break
             settled = step.settled = self.check.settled(calls, gen, messages, spent=step.probes)
-            if not spoken and self.check.made_up(calls, settled):
+            if not spoken and self.check.made_up(calls, settled, messages):
                 other, other_settled, _ = self.weighed.instead_of_made_up(messages, calls[0][0], cancel)
                 if other is None:
                     lacking = True   # answered in words, from the same prompt (as `respond` does)
@@ -246,9 +246,10 @@ class Agent:
                 settled = self.check.settled(calls, gen, messages, spent=probes)
             for probe in probes:
                 turn.count(probe)
-            if not spoken and self.check.made_up(calls, settled):
-                other, other_settled, _ = self.weighed.instead_of_made_up(messages or self.prompt(), calls[0][0],
-                                                                          cancel)
+            if calls and not spoken:
+                messages = messages or self.prompt()   # the made-up check reads the caller's latest words
+            if not spoken and self.check.made_up(calls, settled, messages):
+                other, other_settled, _ = self.weighed.instead_of_made_up(messages, calls[0][0], cancel)
                 if other is None:
                     lacking = True   # no call: the model answers in words, from the same prompt
                     continue

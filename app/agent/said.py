@@ -35,6 +35,7 @@ SAID = "x-said"  # the schema keyword: this argument must have been said in the 
 CLOCK_PATTERN = "^[0-2][0-9]:[0-5][0-9]$"  # a schema's "pattern" for a clock time, HH:MM on a 24-hour clock
 _HHMM = re.compile(r"^\d{2}:\d{2}$")
 SENTENCE_WORDS = re.compile(r"[\w']+")
+_DESCRIPTION_WORD = 4  # the shortest word of a tool's description that names what it does ("call", not "the")
 WRITTEN_WORD = re.compile(r"[^\W_]+(?:'[^\W_]+)*")  # letters and digits, with inner apostrophes (O'Brien)
 
 
@@ -280,11 +281,14 @@ def settle(name: str, arguments: dict, schemas: list[dict], messages: list[dict]
 def other_values(schema: dict, arguments: dict) -> list[str]:
     """The free arguments (`is_free`) of a call whose value is made only of words that another argument of the tool
     takes as its values: a booking's name "Thursday" is the day's (its enum), said, but not as a name. ("1:30 then",
-    asked for a time after "a beard trim on Thursday", was booked under the name Thursday.)"""
+    asked for a time after "a beard trim on Thursday", was booked under the name Thursday.) So is one made only of
+    numbers, a time's or a count's: "Okay, 9 2 30 further." (Whisper's hearing of "oh, ok. then 2:30 for her") was
+    booked under the name "9 2 30"."""
     properties = schema["parameters"].get("properties", {})
     others = set().union(*(value_words(v) for spec in properties.values() for v in spec.get("enum", ())
                            if isinstance(v, str)))
-    return [key for key, value in _free_values(schema, arguments) if value_words(value) <= others]
+    return [key for key, value in _free_values(schema, arguments)
+            if value_words(value) <= others or not any(c.isalpha() for c in value)]
 
 
 _POSSESSIVES = frozenset({"my", "our", "your", "his", "her", "their"})  # English's possessive determiners
@@ -350,6 +354,24 @@ def _free_values(schema: dict, arguments: dict) -> list[tuple[str, str]]:
     properties = schema["parameters"].get("properties", {})
     return [(key, value) for key, value in arguments.items()
             if is_free(properties.get(key, {})) and isinstance(value, str) and SENTENCE_WORDS.search(fold(value))]
+
+
+def description_words(schema: dict) -> set[str]:
+    """The words of a tool's description that may name what it does: "Hand the call to a person on the staff." ->
+    {"hand", "call", "person", "staff"}."""
+    return {w for w in SENTENCE_WORDS.findall(schema.get("description", "").lower()) if len(w) >= _DESCRIPTION_WORD}
+
+
+def names_tool(name: str, schemas: list[dict], text: str) -> bool:
+    """Whether `text` says a word of tool `name`'s description that no other tool's description holds: "just
+    cancel it please" names the cancellation ("Cancel the caller's upcoming appointment ..."); "appointment" alone
+    names none: the list's description holds "appointments" (words are compared without a plural's "s")."""
+    singular = lambda w: w[:-1] if w.endswith("s") and len(w) > _DESCRIPTION_WORD else w  # noqa: E731
+    words = {s["name"]: set(map(singular, description_words(s))) for s in schemas}
+    if name not in words:
+        return False
+    own = words[name].difference(*(w for other, w in words.items() if other != name))
+    return bool(own & set(map(singular, SENTENCE_WORDS.findall(text.lower()))))
 
 
 def invented(name: str, arguments: dict, kept: dict, schemas: list[dict]) -> bool:

@@ -21,7 +21,8 @@ from functools import cached_property
 from app.agent.courtesy import courtesy_parts
 from app.agent.held import named_alone
 from app.agent.protocol import TOOL_CALL_OPEN, parse_tool_calls, read_tool_message
-from app.agent.said import SAID, SENTENCE_WORDS, Said, is_free, latest_user, latest_words, rests_on
+from app.agent.said import (SAID, SENTENCE_WORDS, Said, description_words, is_free, latest_user, latest_words,
+                            rests_on)
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +49,6 @@ FOLLOW_SHARE = 0.05
 # nothing the transfer does; "is this a real person?" names a person, and a call would have been business_info
 # (the transfer 0.005-0.008). At least this share of a call's probability on the tool's name: the model's choice.
 NAMED_SHARE = 0.75
-_DESCRIPTION_WORD = 4  # the shortest word of a tool's description that names what it does ("call", not "the")
 
 # A turn that gives what a call the model weighs lacked ("Noah Williams" after "Yes, Wednesday, December 9 at 10:30
 # AM is free. Would you like me to book it?") drew "I'm sorry, I can't help with that." at an optician and the salon,
@@ -78,12 +78,6 @@ def question_before(messages: list[dict]) -> tuple[str, dict] | None:
 def _a_question(messages: list[dict]) -> bool:
     """Whether `messages` end with the caller's turn, and it ends as a question does."""
     return bool(messages) and messages[-1]["role"] == "user" and messages[-1]["content"].rstrip().endswith("?")
-
-
-def description_words(schema: dict) -> set[str]:
-    """The words of a tool's description that may name what it does: "Hand the call to a person on the staff." ->
-    {"hand", "call", "person", "staff"}."""
-    return {w for w in SENTENCE_WORDS.findall(schema.get("description", "").lower()) if len(w) >= _DESCRIPTION_WORD}
 
 
 class Weighed:
@@ -287,7 +281,7 @@ class Weighed:
         gen, settled = self._one_call(messages, replies, cancel, written)
         seconds = time.perf_counter() - started
         calls = [(n, arguments) for n, arguments, _ in settled]
-        if not settled or settled[0][0] != name or self.check.made_up(calls, settled) or not rests_on(
+        if not settled or settled[0][0] != name or self.check.made_up(calls, settled, messages) or not rests_on(
                 name, settled[0][1], self.toolbox.schemas(), [latest_words(messages)], self.toolbox.profile):
             log.debug("the call weighed after a made-up %s holds nothing said (share %.3f): %r", made_up, share,
                       gen and gen.text)

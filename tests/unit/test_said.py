@@ -8,7 +8,7 @@ from app.agent.meant import UNMEANT_SHARE, free_shares
 from app.agent.options import AgentOptions
 from app.agent.profile import load_profile
 from app.agent.protocol import format_tool_call, tool_message
-from app.agent.said import Said, is_said, named_service, names_last, settle, unsaid
+from app.agent.said import Said, is_said, named_service, names_last, names_tool, settle, unsaid
 from app.agent.store import open_store
 from app.agent.tools import SCHEMAS, Toolbox
 from tests.fakes import FakeEngine
@@ -158,6 +158,14 @@ def test_a_name_that_begins_with_a_possessive_says_who_not_their_name():
         assert ("name" in settle("book_appointment", arguments, SCHEMAS, said, PROFILE)[0]) == kept, name
 
 
+def test_a_name_made_only_of_numbers_is_a_time_or_a_count_not_a_name():
+    # "oh, ok. then 2:30 for her", heard "Okay, 9 2 30 further.", was booked under the name "9 2 30"
+    said = [{"role": "user", "content": "Okay, 9 2 30 further. It's for Lee 2."}]
+    for name, kept in (("9 2 30", False), ("2", False), ("Lee 2", True)):
+        arguments = {"name": name, "day": "today", "time": "14:30", "service": "haircut"}
+        assert ("name" in settle("book_appointment", arguments, SCHEMAS, said, PROFILE)[0]) == kept, name
+
+
 def test_a_name_made_only_of_hesitation_sounds_says_nothing():
     # "Okay so, Um, 5:30 in the afternoon.", asked for a time, was booked under the name "Um" (an optician)
     said = [{"role": "user", "content": "Okay so, Um, 5:30 in the afternoon. Uh, Erma Hill, uh."}]
@@ -173,23 +181,23 @@ class _Chars:
         return "".join(map(chr, ids))
 
 
-def _forced(text: str, value: str, share: float = 0.004) -> list[float]:
+def _forced(text: str, value: str, share: float = 0.004, key: str = "service") -> list[float]:
     """Per character of `text`, the share the grammar allowed: `share` on the first character of `value`'s
-    first appearance after `"service":`, 1.0 elsewhere (the model's own choice)."""
-    at = text.index(f'"service":"{value}"') + len('"service":"')
+    first appearance after `"<key>":`, 1.0 elsewhere (the model's own choice)."""
+    at = text.index(f'"{key}":"{value}"') + len(f'"{key}":"')
     return [share if i == at else 1.0 for i in range(len(text))]
 
 
-def _forcing(engine, call: str, value: str) -> None:
+def _forcing(engine, call: str, value: str, key: str = "service") -> None:
     """Make the fake `engine` say its shares per character (`_Chars`), `value` forced where it writes `call`
-    (`_forced`) and every other token the model's own choice."""
+    (`_forced`, after `key`) and every other token the model's own choice."""
     engine.tokenizer = _Chars()
     generate = engine.generate
 
     def with_shares(messages, **kwargs):
         gen = generate(messages, **kwargs)
         gen.ids = [ord(c) for c in gen.text]
-        gen.shares = _forced(gen.text, value) if gen.text == call else [1.0] * len(gen.text)
+        gen.shares = _forced(gen.text, value, key=key) if gen.text == call else [1.0] * len(gen.text)
         return gen
     engine.generate = with_shares
 
@@ -254,6 +262,51 @@ def test_the_only_service_the_caller_named_is_theirs_even_where_the_grammar_forc
 
     assert booked("A beard trim on Wednesday at 10:30.") == ["beard trim"]
     assert booked("A haircut, or a beard trim? Wednesday at 10:30.") == []
+
+
+def test_a_value_the_model_meant_for_one_detail_is_not_said_for_another():
+    """"do you guys do beard trims?": the model wrote the beard trim as the service, its own choice, and as the
+    name, forced by the grammar (0.0185 of its probability); kept as the only service named, the booking went on
+    under the name "beard trim". One value is one detail: the agent asks for the rest."""
+    booking = format_tool_call("book_appointment", {"name": "beard trim", "service": "beard trim"})
+    agent, engine = _agent([booking, "What day would you like to come in?"])
+    _forcing(engine, booking, "beard trim", key="name")
+    turn = agent.respond("do you guys do beard trims?")
+    assert turn.tool_calls == [] and turn.reply == "What day would you like to come in?"
+    assert agent.messages[1]["content"] == format_tool_call("book_appointment", {"service": "beard trim"})
+    assert json.loads(agent.messages[2]["content"])["result"]["missing"] == ["day", "time", "name"]
+
+
+def test_a_made_up_call_of_the_tool_the_caller_names_asks_for_what_it_lacks():
+    """"just cancel it please", the name never said: the grammar let the model write only the caller's words, it
+    wrote "I think" (0.004 of its probability), and the call, made up whole, was answered "I'm sorry, I can't help
+    with that." The caller named the cancellation (a word of its description no other tool's holds): they are asked
+    for the name. A made-up call of a tool the words do not name is still answered in words."""
+    cancel = format_tool_call("cancel_appointment", {"name": "I think"})
+    question = "Sure, what name is the appointment under?"
+    agent, engine = _agent([cancel, question])
+    _forcing(engine, cancel, "I think", key="name")
+    agent.messages = [{"role": "user", "content": "hi, I think I have an appointment, can you check?"},
+                      {"role": "assistant", "content": "I'm sorry, I can't help with that."}]
+    turn = agent.respond("just cancel it please")
+    assert turn.tool_calls == [] and turn.reply == question
+    assert agent.messages[-3]["content"] == format_tool_call("cancel_appointment", {})
+    assert json.loads(agent.messages[-2]["content"])["result"]["missing"] == ["name"]
+
+    agent, engine = _agent([cancel, "I'm sorry, I can't help with that."])
+    _forcing(engine, cancel, "I think", key="name")
+    agent.messages = [{"role": "user", "content": "hi, I think I have an appointment"},
+                      {"role": "assistant", "content": "I'm sorry, I can't help with that."}]
+    turn = agent.respond("what do you think of it?")
+    assert turn.tool_calls == [] and [m["role"] for m in agent.messages[2:]] == ["user", "assistant"]
+
+
+def test_a_tool_is_named_by_a_word_of_its_description_no_other_tools_holds():
+    assert names_tool("cancel_appointment", SCHEMAS, "ok just cancel it")
+    assert names_tool("book_appointment", SCHEMAS, "can you book me in?")
+    assert not names_tool("cancel_appointment", SCHEMAS, "I'd like an appointment")  # the list's too ("appointments")
+    assert not names_tool("list_appointments", SCHEMAS, "what appointments do I have?")
+    assert not names_tool("check_availability", SCHEMAS, "is it safe to color my hair while I'm pregnant?")
 
 
 def test_a_call_whose_details_were_all_said_runs():
