@@ -190,6 +190,11 @@ class Agent:
                     continue
                 step.generation, step.settled = gen, settled = other, other_settled   # as `respond` does
                 calls, spoken = parse_tool_calls(gen.text)
+            elif not spoken and self.weighed.leaves_out_a_time(settled, messages):
+                other, other_settled, _ = self.weighed.instead_of_made_up(messages, calls[0][0], cancel)
+                if other is not None:   # as `respond` does
+                    step.generation, step.settled = gen, settled = other, other_settled
+                    calls, spoken = parse_tool_calls(gen.text)
             results = [None if missing else self._preview_tool(name, arguments) for name, arguments, missing in settled]
             if any(result is None and not missing for (_, _, missing), result in zip(settled, results)):
                 break   # a call whose result only its effect would tell runs once the turn is sure
@@ -256,6 +261,12 @@ class Agent:
                 turn.count(other)    # the call of the tool the model weighed next
                 gen, settled = other, other_settled
                 calls, spoken = parse_tool_calls(gen.text)
+            elif not spoken and calls and self.weighed.leaves_out_a_time(settled, messages):
+                other, other_settled, _ = self.weighed.instead_of_made_up(messages, calls[0][0], cancel)
+                if other is not None:   # the call of the tool the model weighed next, which holds the time
+                    turn.count(other)
+                    gen, settled = other, other_settled
+                    calls, spoken = parse_tool_calls(gen.text)
             with self._lock:
                 self.messages.append(self._written(gen, calls, spoken, settled))
             if not calls:

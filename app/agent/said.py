@@ -18,7 +18,8 @@ means depends only on the value's form, never on a list of words:
   app.agent.spoken_times.says_today);
 - anything else is said when all its words are, accents, case and plural or possessive endings aside ("Sofia
   Ramirez" for "Sofía Ramírez", "saturday" for "Saturdays"); but a name (or any free value) made only of words
-  another argument of the tool takes as its values is that argument's, not a name ("Thursday": `other_values`),
+  an argument of any tool takes as its values is that argument's, not a name ("Thursday": `other_values`), as is
+  one made only of numbers,
   and one that begins with a possessive ("my daughter": `possessed`) says who, not their name, and one made only
   of hesitation sounds ("Um": `hesitated`) says nothing.
 """
@@ -271,22 +272,23 @@ def settle(name: str, arguments: dict, schemas: list[dict], messages: list[dict]
     schema = next((s for s in schemas if s["name"] == name), None)
     if schema is None:
         return arguments, []
-    unsaid_keys = {*unsaid(name, arguments, schemas, messages, profile), *other_values(schema, arguments),
+    unsaid_keys = {*unsaid(name, arguments, schemas, messages, profile), *other_values(schema, arguments, schemas),
                    *possessed(schema, arguments), *hesitated(schema, arguments),
                    *someone_else(schema, arguments, messages, profile)}
     kept = {k: v for k, v in arguments.items() if k not in unsaid_keys}
     return kept, lacking(schema, kept)
 
 
-def other_values(schema: dict, arguments: dict) -> list[str]:
-    """The free arguments (`is_free`) of a call whose value is made only of words that another argument of the tool
-    takes as its values: a booking's name "Thursday" is the day's (its enum), said, but not as a name. ("1:30 then",
-    asked for a time after "a beard trim on Thursday", was booked under the name Thursday.) So is one made only of
-    numbers, a time's or a count's: "Okay, 9 2 30 further." (Whisper's hearing of "oh, ok. then 2:30 for her") was
-    booked under the name "9 2 30"."""
-    properties = schema["parameters"].get("properties", {})
-    others = set().union(*(value_words(v) for spec in properties.values() for v in spec.get("enum", ())
-                           if isinstance(v, str)))
+def other_values(schema: dict, arguments: dict, schemas: list[dict] = ()) -> list[str]:
+    """The free arguments (`is_free`) of a call whose value is made only of words that an argument of the tool, or
+    an x-said one of another tool of `schemas`, takes as its values: a booking's name "Thursday" is the day's (its enum), said,
+    but not as a name. ("1:30 then", asked for a time after "a beard trim on Thursday", was booked under the name
+    Thursday; "which one is the latest one you have?", after "a haircut on friday?", looked up the appointments
+    of "friday", a tool that takes no day.) So is one made only of numbers, a time's or a count's: "Okay, 9 2 30
+    further." (Whisper's hearing of "oh, ok. then 2:30 for her") was booked under the name "9 2 30"."""
+    properties = [*schema["parameters"].get("properties", {}).values(),  # the tool's own; others' the caller says
+                  *(spec for s in schemas for spec in s["parameters"].get("properties", {}).values() if spec.get(SAID))]
+    others = set().union(*(value_words(v) for spec in properties for v in spec.get("enum", ()) if isinstance(v, str)))
     return [key for key, value in _free_values(schema, arguments)
             if value_words(value) <= others or not any(c.isalpha() for c in value)]
 

@@ -97,9 +97,15 @@ def _hour(words: list[str], i: int) -> tuple[int, int, int] | None:
         minute = _number(words, i + 1, 59)
         if minute and minute[0] >= 10:
             return hour, minute[0], 1 + minute[1]
-    if not w.isdigit() and (nxt == "of" or i and words[i - 1] in _NOT_A_TIME_BEFORE):
-        return None  # a bare "one" in "the later one", "that one", "one of those": a choice, not a time
+    if not w.isdigit() and (nxt == "of" or i and (words[i - 1] in _NOT_A_TIME_BEFORE or _superlative(words[i - 1]))):
+        return None  # a bare "one" in "the later one", "that one", "one of those", "the earliest one": a choice
     return hour, 0, 1
+
+
+def _superlative(word: str) -> bool:
+    """Whether `word` ends as an English superlative does ("earliest", "latest", "soonest"): "I'll take the earliest
+    one", offered the free times of a day, checked 1:00 PM."""
+    return len(word) > 4 and word.endswith("est")
 
 
 def _relative(words: list[str], i: int) -> tuple[int, int, int, int] | None:

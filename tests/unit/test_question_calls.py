@@ -256,3 +256,37 @@ def test_a_call_made_up_whole_is_answered_in_words_unless_the_next_tool_holds_wh
     agent.messages = []
     turn = agent.respond(said)
     assert turn.tool_calls == [] and turn.reply == SMALL_TALK
+
+
+HOURS = format_tool_call("business_info", {"topic": "hours", "day": "tuesday"})
+# (the test tokenizer writes check_availability, cancel_appointment and current_datetime with one first token:
+# the booking is the tool here that takes a time and begins with its own)
+BOOKING_AT = format_tool_call("book_appointment", {"name": "Ana Lima", "day": "tuesday", "time": "14:30",
+                                                   "service": "haircut"})
+
+
+def _asked_the_hours(engine):
+    agent = _agent(engine, ("business_info", {"topic": "hours", "day": "tuesday"}))
+    agent.messages[0]["content"] = "I'm Ana Lima, I'd like a haircut. What are your hours on tuesday?"
+    return agent
+
+
+@pytest.mark.parametrize("draft", [False, True])
+def test_a_call_that_leaves_out_the_time_the_caller_gave_gives_way_to_the_tool_that_holds_it(draft):
+    # at an optician, "2:30" after Thursday's opening hours read them again (business_info 0.84 of a call's
+    # probability, check_availability 0.10), and the name given next drew a greeting
+    engine = _Torn({"business_info": 0.84, "book_appointment": 0.10}, own=HOURS, forced=BOOKING_AT)
+    agent = _asked_the_hours(engine)
+    turn = agent.respond("2:30", first=agent.draft("2:30") if draft else None)
+    assert [(c.name, c.arguments["time"]) for c in turn.tool_calls] == [("book_appointment", "14:30")]
+
+
+@pytest.mark.parametrize("said, names", [
+    ("2 please", {"business_info": 0.84, "book_appointment": 0.10}),   # a bare number: maybe no time
+    ("2:30", {"business_info": 0.97, "book_appointment": 0.01}),       # the model did not weigh the booking
+    ("and on tuesday, at 2:30?", {"business_info": 0.84, "book_appointment": 0.10}),  # the call holds its day
+])
+def test_a_call_keeps_its_tool_unless_it_leaves_out_a_clock_time_the_model_weighed_a_tool_for(said, names):
+    engine = _Torn(names, own=HOURS, forced=BOOKING_AT)
+    turn = _asked_the_hours(engine).respond(said)
+    assert [c.name for c in turn.tool_calls] == ["business_info"]

@@ -138,6 +138,10 @@ def test_a_name_made_of_a_day_is_the_days_not_a_name_the_agent_asks_for_one():
     turn = agent.respond("1:30 then")
     assert turn.tool_calls == [] and turn.reply == "Can I have your name, please?"
     assert json.loads(agent.messages[-2]["content"])["result"]["missing"] == ["name"]
+    # so is one for a tool that takes no day: "which one is the latest one you have?", after "a haircut on
+    # friday?", looked up the appointments of "friday"
+    said = [{"role": "user", "content": "can I get a haircut on friday? which one is the latest one you have?"}]
+    assert settle("list_appointments", {"name": "friday"}, SCHEMAS, said, PROFILE) == ({}, ["name"])
     # a name that holds a day's word beside others is a name
     kept, missing = settle("book_appointment", {"name": "Sunday Rose", "day": "friday", "time": "10:00",
                                                 "service": "haircut"}, SCHEMAS,

@@ -28,6 +28,8 @@ from app.training.dialogues.phrases import time_forms
     ("Call 555-0142; a haircut is $35.", set()),
     ("The later one, please.", set()),                   # a choice, not a time
     ("That one works, one of those.", set()),
+    ("I'll take the earliest one.", set()),              # a superlative's choice: it checked 1:00 PM
+    ("The soonest one, at one.", {"01:00", "13:00"}),
     ("A one o'clock appointment.", {"01:00", "13:00"}),
     ("The nearest free times are 9:00 AM and 10:30 AM.", {"09:00", "10:30"}),
     ("Could I get a haircut on Wednesday at 3.30pm?", {"15:30"}),  # Whisper's transcript of "3:30 p.m." spoken
