@@ -21,9 +21,9 @@ from functools import cached_property
 from app.agent.courtesy import courtesy_parts
 from app.agent.held import named_alone
 from app.agent.protocol import TOOL_CALL_OPEN, parse_tool_calls, read_tool_message
+from app.agent.said import (CLOCK_PATTERN, SAID, SENTENCE_WORDS, Said, description_words, is_free, latest_user,
+                            latest_words, name_words, rests_on)
 from app.agent.spoken_times import times_in
-from app.agent.said import (CLOCK_PATTERN, SAID, SENTENCE_WORDS, Said, description_words, is_free, latest_user, latest_words,
-                            rests_on)
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +56,10 @@ NAMED_SHARE = 0.75
 # the model giving a call 0.22-0.39 of its probability and book_appointment 0.72-0.82 of a call's (2026-12-05). At
 # least this share on a call, and COMPLETED_SHARE of it on one tool, whose call lacks nothing and holds the caller's
 # latest words (or, lacking some, a name or service of theirs): the model's own call (`Weighed.completed`). "Mila
-# Novak" after a kids haircut's time was offered gave a call 0.21, the booking 0.61 of it (free times 0.36).
+# Novak" after a kids haircut's time was offered gave a call 0.21, the booking 0.61 of it (free times 0.36). A turn
+# that is nothing but a free detail of that call (a name alone) needs only FOLLOW_SHARE on a call: "Greg Olsen" at a
+# bike shop and "Rita Gomez" at an optician, each after "Would you like me to book it?", gave a call 0.13 and 0.11
+# (the booking 0.57 and 0.86 of it) and heard "I'm sorry, I can't help with that."; a name has no other answer.
 GIVEN_SHARE = 0.2
 COMPLETED_SHARE = 0.5
 
@@ -223,7 +226,8 @@ class Weighed:
 
     def completed(self, messages: list[dict], replies, cancel) -> tuple[object | None, float]:
         """The call of the tool the model weighs most, for a turn that completes it: when the model would answer in
-        words but gives a call at least GIVEN_SHARE of its probability, and COMPLETED_SHARE of a call's to one tool,
+        words but gives a call at least GIVEN_SHARE of its probability (FOLLOW_SHARE when the turn is nothing but
+        one of the call's free details: a name alone), and COMPLETED_SHARE of a call's to one tool,
         whose call (`CallCheck.settled`, probes included) holds a detail the caller's latest words say
         (app.agent.said.rests_on): a name given after "Would you like me to book it?" is the booking. A call that
         still lacks details is the reply's when those words give one of its free details (a name, a service:
@@ -236,8 +240,9 @@ class Weighed:
         if probabilities is None or not messages or messages[-1]["role"] != "user":
             return None, time.perf_counter() - started
         opening, names = self._names
-        if not GIVEN_SHARE <= float(probabilities(messages, [])[opening[0]]) < CALL_SHARE:
-            return None, time.perf_counter() - started  # the model calls on its own, or hardly weighs a call
+        called = float(probabilities(messages, [])[opening[0]])
+        if not FOLLOW_SHARE <= called < CALL_SHARE:
+            return None, time.perf_counter() - started  # the model calls on its own, or does not weigh a call
         shares = probabilities(messages, opening)
         share, name, written = max((float(shares[w[len(opening)]]), n, w) for n, w in names.items())
         if share < COMPLETED_SHARE:
@@ -248,11 +253,16 @@ class Weighed:
         if not settled or settled[0][0] != name:
             return None, seconds
         _, arguments, missing = settled[0]
+        properties = next(s for s in schemas if s["name"] == name)["parameters"].get("properties", {})
         if missing:  # then it is answered with a question for the rest, when the latest words give a name or service
-            properties = next(s for s in schemas if s["name"] == name)["parameters"].get("properties", {})
             arguments = {k: v for k, v in arguments.items() if is_free(properties.get(k, {}))}
-        if not rests_on(name, arguments, schemas, [latest_words(messages)], self.toolbox.profile):
+        last = latest_words(messages)
+        if not rests_on(name, arguments, schemas, [last], self.toolbox.profile):
             log.debug("the call weighed (share %.3f) holds nothing said last: %r", share, gen.text)
+            return None, seconds
+        whole = any(is_free(properties.get(k, {})) and name_words(str(v)) == name_words(last) for k, v in arguments.items())
+        if called < GIVEN_SHARE and not whole:
+            log.debug("a call hardly weighed (%.3f) for words that are more than its detail: %r", called, gen.text)
             return None, seconds
         log.debug("the call the turn completes (share %.3f): %r", share, gen.text)
         gen.seconds = seconds

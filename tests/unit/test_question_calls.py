@@ -290,3 +290,31 @@ def test_a_call_keeps_its_tool_unless_it_leaves_out_a_clock_time_the_model_weigh
     engine = _Torn(names, own=HOURS, forced=BOOKING_AT)
     turn = _asked_the_hours(engine).respond(said)
     assert [c.name for c in turn.tool_calls] == ["business_info"]
+
+
+def _offered(engine):
+    check = ("check_availability", {"day": "tuesday", "time": "14:30"})
+    agent = _agent(engine, check)
+    agent.messages[0]["content"] = "Is 2:30 on tuesday free for a haircut?"
+    agent.messages[-1]["content"] = "Yes, Tuesday at 2:30 PM is free. Would you like me to book it?"
+    return agent
+
+
+def test_a_name_alone_after_an_offer_makes_the_call_the_model_weighs_though_it_hardly_weighs_one():
+    # "Greg Olsen" (a bike shop) and "Rita Gomez" (an optician) after "Would you like me to book it?": a call 0.13
+    # and 0.11 of the model's probability, the booking 0.57 and 0.86 of a call's; they heard "I'm sorry, I can't
+    # help with that."
+    engine = _Torn({"book_appointment": 0.6, "business_info": 0.1}, own=SMALL_TALK, forced=BOOKING_AT, call_share=0.13)
+    turn = _offered(engine).respond("Ana Lima")
+    assert [(c.name, c.arguments["name"]) for c in turn.tool_calls] == [("book_appointment", "Ana Lima")]
+
+
+@pytest.mark.parametrize("said, call_share", [
+    ("Ana Lima, and thanks for being so quick.", 0.13),   # more than the name: the model's own answer
+    ("Ana Lima", 0.03),                                    # a call the model does not weigh
+])
+def test_a_call_the_model_hardly_weighs_is_made_only_for_a_turn_that_is_its_detail_alone(said, call_share):
+    engine = _Torn({"book_appointment": 0.6, "business_info": 0.1}, own=SMALL_TALK, forced=BOOKING_AT,
+                   call_share=call_share)
+    turn = _offered(engine).respond(said)
+    assert turn.tool_calls == [] and turn.reply == SMALL_TALK
