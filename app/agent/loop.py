@@ -183,18 +183,13 @@ class Agent:
             if gen.stopped == "cancelled" or not calls:
                 break
             settled = step.settled = self.check.settled(calls, gen, messages, spent=step.probes)
-            if not spoken and self.check.made_up(calls, settled, messages):
-                other, other_settled, _ = self.weighed.instead_of_made_up(messages, calls[0][0], cancel)
-                if other is None:
-                    lacking = True   # answered in words, from the same prompt (as `respond` does)
-                    continue
+            other, other_settled, in_words = self._given_way(calls, spoken, settled, messages, cancel)
+            if in_words:
+                lacking = True   # answered in words, from the same prompt (as `respond` does)
+                continue
+            if other is not None:
                 step.generation, step.settled = gen, settled = other, other_settled   # as `respond` does
                 calls, spoken = parse_tool_calls(gen.text)
-            elif not spoken and self.weighed.leaves_out_a_time(settled, messages):
-                other, other_settled, _ = self.weighed.instead_of_made_up(messages, calls[0][0], cancel)
-                if other is not None:   # as `respond` does
-                    step.generation, step.settled = gen, settled = other, other_settled
-                    calls, spoken = parse_tool_calls(gen.text)
             results = [None if missing else self._preview_tool(name, arguments) for name, arguments, missing in settled]
             if any(result is None and not missing for (_, _, missing), result in zip(settled, results)):
                 break   # a call whose result only its effect would tell runs once the turn is sure
@@ -252,21 +247,15 @@ class Agent:
             for probe in probes:
                 turn.count(probe)
             if calls and not spoken:
-                messages = messages or self.prompt()   # the made-up check reads the caller's latest words
-            if not spoken and self.check.made_up(calls, settled, messages):
-                other, other_settled, _ = self.weighed.instead_of_made_up(messages, calls[0][0], cancel)
-                if other is None:
-                    lacking = True   # no call: the model answers in words, from the same prompt
-                    continue
+                messages = messages or self.prompt()   # the checks of its calls read the caller's latest words
+            other, other_settled, in_words = self._given_way(calls, spoken, settled, messages, cancel)
+            if in_words:
+                lacking = True   # no call: the model answers in words, from the same prompt
+                continue
+            if other is not None:
                 turn.count(other)    # the call of the tool the model weighed next
                 gen, settled = other, other_settled
                 calls, spoken = parse_tool_calls(gen.text)
-            elif not spoken and calls and self.weighed.leaves_out_a_time(settled, messages):
-                other, other_settled, _ = self.weighed.instead_of_made_up(messages, calls[0][0], cancel)
-                if other is not None:   # the call of the tool the model weighed next, which holds the time
-                    turn.count(other)
-                    gen, settled = other, other_settled
-                    calls, spoken = parse_tool_calls(gen.text)
             with self._lock:
                 self.messages.append(self._written(gen, calls, spoken, settled))
             if not calls:
@@ -294,6 +283,20 @@ class Agent:
                     on_tool(call)
         log.warning("tool rounds exhausted after %d calls", len(turn.tool_calls))
         return turn
+
+    def _given_way(self, calls, spoken: str, settled, messages: list[dict], cancel):
+        """A generation that is calls alone gives way when every call is made up (CallCheck.made_up) or its one
+        call leaves out the clock time the caller just gave (CallCheck.leaves_out_a_time): to the call of the tool
+        the model weighed next (Weighed.instead_of_made_up), or, for a made-up one the model weighed none for, to
+        an answer in words. -> (that generation, its calls as settled, whether the turn answers in words); (None,
+        None, False) when the calls stand."""
+        if spoken or not calls:
+            return None, None, False
+        made_up = self.check.made_up(calls, settled, messages)
+        if not made_up and not self.check.leaves_out_a_time(settled, messages):
+            return None, None, False
+        other, other_settled, _ = self.weighed.instead_of_made_up(messages, calls[0][0], cancel)
+        return other, other_settled, made_up and other is None
 
     def _lacking_result(self, name: str, arguments: dict, missing: list[str]) -> dict:
         """What a call that lacks details returns to the model instead of running: the toolbox's refusal of a

@@ -16,8 +16,8 @@ import threading
 from app.agent import schema_grammar
 from app.agent.protocol import TOOL_CALL_OPEN, TOOL_CALL_RE, compact
 from app.agent.held import asked_for, callers_own_runs, fullest, held, known, says_a_value, times_answered
-from app.agent.said import (Said, invented, is_free, latest_words, name_words, names_last, names_tool, settle,
-                            value_words)
+from app.agent.said import (CLOCK_PATTERN, Said, invented, is_free, latest_words, name_words, names_last,
+                            names_tool, rests_on, settle, value_words)
 from app.agent.spoken_times import times_in
 
 log = logging.getLogger(__name__)
@@ -263,8 +263,25 @@ class CallCheck:
         if self.options.cache != "block" or not calls:
             return False
         schemas, words = self.toolbox.schemas(), latest_words(messages)
-        return all(name and missing and invented(name, arguments, kept, schemas) and not names_tool(name, schemas, words)
+        return all(name and missing and invented(name, arguments, kept, schemas)
+                   and not names_tool(name, schemas, words)
                    for (name, arguments), (_, kept, missing) in zip(calls, settled))
+
+    def leaves_out_a_time(self, settled: list, messages: list[dict]) -> bool:
+        """Whether a turn's one call (as `settled` holds it) holds nothing of the caller's latest words, its tool
+        takes no clock time, and those words say one (a clock time, not a bare number) that another tool takes: at
+        an optician, after "I need an eye exam, what do you have this week?" and "thursday afternoon?" had read the
+        opening hours, "2:30" read Thursday's hours again (business_info 0.84 of a call's probability,
+        check_availability 0.10), and the name given next drew a greeting. Such a call gives way to the tool the
+        model weighed next when that one holds the time (app.agent.weighed.Weighed.instead_of_made_up)."""
+        if self.options.cache != "block" or len(settled) != 1 or not settled[0][0]:
+            return False
+        name, kept, _ = settled[0]
+        schemas, words = self.toolbox.schemas(), latest_words(messages)
+        timed = {s["name"] for s in schemas for spec in s["parameters"].get("properties", {}).values()
+                 if spec.get("pattern") == CLOCK_PATTERN}
+        return bool(timed) and name not in timed and bool(times_in(words, clock_only=True)) and \
+            not rests_on(name, kept, schemas, [words], self.toolbox.profile)
 
     def reply_grammar(self, messages: list[dict], speech_only: bool = False):
         """The reply grammar of this engine's tokenizer and these tools (app.agent.schema_grammar) for `messages`, its

@@ -281,11 +281,11 @@ def settle(name: str, arguments: dict, schemas: list[dict], messages: list[dict]
 
 def other_values(schema: dict, arguments: dict, schemas: list[dict] = ()) -> list[str]:
     """The free arguments (`is_free`) of a call whose value is made only of words that an argument of the tool, or
-    an x-said one of another tool of `schemas`, takes as its values: a booking's name "Thursday" is the day's (its enum), said,
-    but not as a name. ("1:30 then", asked for a time after "a beard trim on Thursday", was booked under the name
-    Thursday; "which one is the latest one you have?", after "a haircut on friday?", looked up the appointments
-    of "friday", a tool that takes no day.) So is one made only of numbers, a time's or a count's: "Okay, 9 2 30
-    further." (Whisper's hearing of "oh, ok. then 2:30 for her") was booked under the name "9 2 30"."""
+    an x-said one of another tool of `schemas`, takes as its values: a booking's name "Thursday" is the day's (its
+    enum), said, but not as a name. ("1:30 then", asked for a time after "a beard trim on Thursday", was booked
+    under the name Thursday; "which one is the latest one you have?", after "a haircut on friday?", looked up the
+    appointments of "friday", a tool that takes no day.) So is one made only of numbers, a time's or a count's:
+    "Okay, 9 2 30 further." (Whisper's hearing of "oh, ok. then 2:30 for her") was booked under the name "9 2 30"."""
     properties = [*schema["parameters"].get("properties", {}).values(),  # the tool's own; others' the caller says
                   *(spec for s in schemas for spec in s["parameters"].get("properties", {}).values() if spec.get(SAID))]
     others = set().union(*(value_words(v) for spec in properties for v in spec.get("enum", ()) if isinstance(v, str)))

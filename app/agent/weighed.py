@@ -21,9 +21,8 @@ from functools import cached_property
 from app.agent.courtesy import courtesy_parts
 from app.agent.held import named_alone
 from app.agent.protocol import TOOL_CALL_OPEN, parse_tool_calls, read_tool_message
-from app.agent.said import (CLOCK_PATTERN, SAID, SENTENCE_WORDS, Said, description_words, is_free, latest_user,
-                            latest_words, name_words, rests_on)
-from app.agent.spoken_times import times_in
+from app.agent.said import (SAID, SENTENCE_WORDS, Said, description_words, is_free, latest_user, latest_words,
+                            name_words, rests_on)
 
 log = logging.getLogger(__name__)
 
@@ -260,7 +259,8 @@ class Weighed:
         if not rests_on(name, arguments, schemas, [last], self.toolbox.profile):
             log.debug("the call weighed (share %.3f) holds nothing said last: %r", share, gen.text)
             return None, seconds
-        whole = any(is_free(properties.get(k, {})) and name_words(str(v)) == name_words(last) for k, v in arguments.items())
+        whole = any(is_free(properties.get(k, {})) and name_words(str(v)) == name_words(last)
+                    for k, v in arguments.items())
         if called < GIVEN_SHARE and not whole:
             log.debug("a call hardly weighed (%.3f) for words that are more than its detail: %r", called, gen.text)
             return None, seconds
@@ -268,26 +268,11 @@ class Weighed:
         gen.seconds = seconds
         return gen, seconds
 
-    def leaves_out_a_time(self, settled: list, messages: list[dict]) -> bool:
-        """Whether a turn's one call (as `CallCheck.settled` holds it) holds nothing of the caller's latest words,
-        its tool takes no clock time, and those words say one (a clock time, not a bare number) that another tool
-        takes: at an optician, after "I need an eye exam, what do you have this week?" and "thursday afternoon?"
-        had read the opening hours, "2:30" read Thursday's hours again (business_info 0.84 of a call's probability,
-        check_availability 0.10), and the name given next drew a greeting. Such a call gives way to the tool the
-        model weighed next when that one holds the time (`instead_of_made_up`)."""
-        if len(settled) != 1 or not settled[0][0]:
-            return False
-        name, kept, _ = settled[0]
-        schemas, words = self.toolbox.schemas(), latest_words(messages)
-        timed = {s["name"] for s in schemas
-                 if any(spec.get("pattern") == CLOCK_PATTERN for spec in s["parameters"].get("properties", {}).values())}
-        return bool(timed - {name}) and name not in timed and bool(times_in(words, clock_only=True)) and \
-            not rests_on(name, kept, schemas, [words], self.toolbox.profile)
-
     def instead_of_made_up(self, messages: list[dict], made_up: str, cancel) -> tuple[object | None, list, float]:
         """The call of the tool the model weighed next after `made_up` (the tool of a call whose details nobody
-        said: CallCheck.made_up; or of one that leaves out the time the caller gave: `leaves_out_a_time`), when the model gave it at least FOLLOW_SHARE of a call's probability and the call
-        it writes holds a detail the caller's latest words say (app.agent.said.rests_on) and is not made up too:
+        said: CallCheck.made_up; or of one that leaves out the time the caller gave: CallCheck.leaves_out_a_time),
+        when the model gave it at least FOLLOW_SHARE of a call's probability and the call it writes holds a detail
+        the caller's latest words say (app.agent.said.rests_on) and is not made up too:
         "how much for a haircut and a beard trim together?" had the model check the free times of a day and a time
         nobody named (check_availability 0.44), and the caller heard "I'm sorry, I can't help with that."; its next
         tool, business_info (0.25), reads the haircut's price. The generation, its call as `CallCheck.settled`
