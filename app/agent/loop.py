@@ -17,7 +17,7 @@ from app.agent.protocol import (TOOL_CALL_OPEN, ToolCall, TurnResult, forget_mes
                                 parse_tool_calls, retract_last_user_turn, tool_message)
 from app.agent.said import missing_result
 from app.agent.speech_filter import SpeechFilter
-from app.agent.weighed import Weighed
+from app.agent.weighed import FOLLOW_SHARE, Weighed, question_before
 
 log = logging.getLogger(__name__)
 
@@ -190,6 +190,9 @@ class Agent:
             if other is not None:
                 step.generation, step.settled = gen, settled = other, other_settled   # as `respond` does
                 calls, spoken = parse_tool_calls(gen.text)
+            if not spoken and (offered := self.check.offered(settled, messages)) is not None:
+                step.settled = settled = offered   # the look-up of the choices for what it asked again, as `respond`
+                calls = [(name, arguments) for name, arguments, _ in offered]
             results = [None if missing else self._preview_tool(name, arguments) for name, arguments, missing in settled]
             if any(result is None and not missing for (_, _, missing), result in zip(settled, results)):
                 break   # a call whose result only its effect would tell runs once the turn is sure
@@ -256,6 +259,8 @@ class Agent:
                 turn.count(other)    # the call of the tool the model weighed next
                 gen, settled = other, other_settled
                 calls, spoken = parse_tool_calls(gen.text)
+            if calls and not spoken and (offered := self.check.offered(settled, messages)) is not None:
+                settled, calls = offered, [(name, arguments) for name, arguments, _ in offered]
             with self._lock:
                 self.messages.append(self._written(gen, calls, spoken, settled))
             if not calls:
@@ -287,15 +292,21 @@ class Agent:
     def _given_way(self, calls, spoken: str, settled, messages: list[dict], cancel):
         """A generation that is calls alone gives way when every call is made up (CallCheck.made_up) or its one
         call leaves out the clock time the caller just gave (CallCheck.leaves_out_a_time): to the call of the tool
-        the model weighed next (Weighed.instead_of_made_up), or, for a made-up one the model weighed none for, to
-        an answer in words. -> (that generation, its calls as settled, whether the turn answers in words); (None,
+        the model weighed next (Weighed.instead_of_made_up; however little it weighed it when the call is the one
+        of the agent's last answer again), or, for a made-up one the model weighed none for, to an answer in
+        words. -> (that generation, its calls as settled, whether the turn answers in words); (None,
         None, False) when the calls stand."""
         if spoken or not calls:
             return None, None, False
         made_up = self.check.made_up(calls, settled, messages)
         if not made_up and not self.check.leaves_out_a_time(settled, messages):
             return None, None, False
-        other, other_settled, _ = self.weighed.instead_of_made_up(messages, calls[0][0], cancel)
+        # NOTE: a call that leaves out the time and is the very call of the agent's last answer would only say
+        # that again: "9:30 then" after Friday's opening hours read them again (check_availability 0.009 of a
+        # call's probability), and so did "ok let's do the 2 o'clock" (0.03).
+        repeated = not made_up and question_before(messages) == settled[0][:2]
+        other, other_settled, _ = self.weighed.instead_of_made_up(messages, calls[0][0], cancel,
+                                                                  least=0.0 if repeated else FOLLOW_SHARE)
         return other, other_settled, made_up and other is None
 
     def _lacking_result(self, name: str, arguments: dict, missing: list[str]) -> dict:

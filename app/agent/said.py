@@ -144,6 +144,14 @@ def latest_user(messages: list[dict]) -> int:
     return max((i for i, m in enumerate(messages) if m["role"] == "user"), default=-1)
 
 
+def answer_before(messages: list[dict]) -> list[dict]:
+    """The agent's answer to the caller's turn before their latest in `messages`: the messages between the two
+    (its calls, their results, its words); [] when there is no turn before."""
+    latest = latest_user(messages)
+    before = max((i for i in range(max(latest, 0)) if messages[i]["role"] == "user"), default=-1)
+    return messages[before + 1:latest] if before >= 0 else []
+
+
 def latest_words(messages: list[dict]) -> str:
     """The caller's latest message; "" when there is none."""
     index = latest_user(messages)

@@ -138,6 +138,25 @@ class Toolbox:
             return {"ok": False, "error": str(exc)}
         return None
 
+    def choices(self, name: str, arguments: dict, missing: list[str]) -> tuple[str, dict] | None:
+        """The look-up that lists what the caller may choose from for the first detail a call of tool `name`
+        lacks, as (tool, arguments): a time on the call's day (its free times), a day (the opening hours), a
+        service (the services); None for a detail without such a list (a name). The agent offers it when the
+        caller, asked for that detail, answered without it ("afternoon would be best" asked what time): a front
+        desk reads out the free times rather than ask "what time?" again."""
+        properties = next((s for s in self.TOOLS if s["name"] == name), {}).get("parameters", {}).get("properties", {})
+        detail = missing[0] if missing else None
+        if detail not in properties or name not in self.SLOTTED and detail != "service":
+            return None
+        day = arguments.get("day")
+        if detail == "time" and isinstance(day, str) and day.strip():
+            return "check_availability", {"day": day}
+        if detail == "day":
+            return "business_info", {"topic": "hours"}
+        if detail == "service":
+            return "business_info", {"topic": "services"}
+        return None
+
     def _day(self, day: str) -> date:
         """The date `day` means at the business now (`resolve_day`); a weekday named on that very day once its
         opening hours are over means that weekday next week: "a trim on Friday at 11:30", said on a Friday

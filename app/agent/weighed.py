@@ -21,7 +21,7 @@ from functools import cached_property
 from app.agent.courtesy import courtesy_parts
 from app.agent.held import named_alone
 from app.agent.protocol import TOOL_CALL_OPEN, parse_tool_calls, read_tool_message
-from app.agent.said import (SAID, SENTENCE_WORDS, Said, description_words, is_free, latest_user, latest_words,
+from app.agent.said import (SAID, SENTENCE_WORDS, Said, answer_before, description_words, is_free, latest_words,
                             name_words, rests_on)
 
 log = logging.getLogger(__name__)
@@ -66,11 +66,7 @@ COMPLETED_SHARE = 0.5
 def question_before(messages: list[dict]) -> tuple[str, dict] | None:
     """The one call (tool name, arguments) the agent made for the caller's turn before their latest in
     `messages`, when it made one and its result was not a refusal; else None."""
-    latest = latest_user(messages)
-    before = max((i for i in range(max(latest, 0)) if messages[i]["role"] == "user"), default=-1)
-    if before < 0:
-        return None
-    between = messages[before + 1:latest]
+    between = answer_before(messages)
     calls = [call for m in between if m["role"] == "assistant" for call in parse_tool_calls(m["content"])[0]]
     results = [read for m in between for read in [read_tool_message(m)] if read is not None]
     if len(calls) != 1 or len(results) != 1 or not calls[0][0] or results[0][1].get("ok") is not True:
@@ -268,10 +264,11 @@ class Weighed:
         gen.seconds = seconds
         return gen, seconds
 
-    def instead_of_made_up(self, messages: list[dict], made_up: str, cancel) -> tuple[object | None, list, float]:
+    def instead_of_made_up(self, messages: list[dict], made_up: str, cancel,
+                           least: float = FOLLOW_SHARE) -> tuple[object | None, list, float]:
         """The call of the tool the model weighed next after `made_up` (the tool of a call whose details nobody
         said: CallCheck.made_up; or of one that leaves out the time the caller gave: CallCheck.leaves_out_a_time),
-        when the model gave it at least FOLLOW_SHARE of a call's probability and the call it writes holds a detail
+        when the model gave it at least `least` of a call's probability and the call it writes holds a detail
         the caller's latest words say (app.agent.said.rests_on) and is not made up too:
         "how much for a haircut and a beard trim together?" had the model check the free times of a day and a time
         nobody named (check_availability 0.44), and the caller heard "I'm sorry, I can't help with that."; its next
@@ -287,7 +284,7 @@ class Weighed:
         gave_way = names.get(made_up, [])[len(opening):len(opening) + 1]  # the made-up tool's first token
         weighed = [(float(shares[written[len(opening)]]), name, written) for name, written in names.items()
                    if written[len(opening)] not in gave_way]
-        if not weighed or max(weighed)[0] < FOLLOW_SHARE:
+        if not weighed or max(weighed)[0] < least:
             return None, [], time.perf_counter() - started
         share, name, written = max(weighed)
         gen, settled = self._one_call(messages, replies, cancel, written)

@@ -21,6 +21,7 @@ from app.agent.weighed import question_before
 from app.agent.options import AgentOptions
 from app.agent.profile import load_profile
 from app.agent.protocol import TOOL_CALL_OPEN, format_tool_call, tool_message
+from app.agent.said import missing_result
 from app.agent.store import open_store
 from app.agent.tools import Toolbox
 from tests.checkpoints import train_bpe
@@ -281,15 +282,26 @@ def test_a_call_that_leaves_out_the_time_the_caller_gave_gives_way_to_the_tool_t
     assert [(c.name, c.arguments["time"]) for c in turn.tool_calls] == [("book_appointment", "14:30")]
 
 
-@pytest.mark.parametrize("said, names", [
-    ("2 please", {"business_info": 0.84, "book_appointment": 0.10}),   # a bare number: maybe no time
-    ("2:30", {"business_info": 0.97, "book_appointment": 0.01}),       # the model did not weigh the booking
-    ("and on tuesday, at 2:30?", {"business_info": 0.84, "book_appointment": 0.10}),  # the call holds its day
+@pytest.mark.parametrize("said, names, own", [
+    ("2 please", {"business_info": 0.84, "book_appointment": 0.10}, HOURS),   # a bare number: maybe no time
+    # the model did not weigh the booking, and the call is not the last answer's again
+    ("2:30", {"business_info": 0.97, "book_appointment": 0.01},
+     format_tool_call("business_info", {"topic": "hours"})),
+    ("and on tuesday, at 2:30?", {"business_info": 0.84, "book_appointment": 0.10}, HOURS),  # the call holds its day
 ])
-def test_a_call_keeps_its_tool_unless_it_leaves_out_a_clock_time_the_model_weighed_a_tool_for(said, names):
-    engine = _Torn(names, own=HOURS, forced=BOOKING_AT)
+def test_a_call_keeps_its_tool_unless_it_leaves_out_a_clock_time_the_model_weighed_a_tool_for(said, names, own):
+    engine = _Torn(names, own=own, forced=BOOKING_AT)
     turn = _asked_the_hours(engine).respond(said)
     assert [c.name for c in turn.tool_calls] == ["business_info"]
+
+
+@pytest.mark.parametrize("draft", [False, True])
+def test_the_last_answers_call_again_leaving_out_the_time_gives_way_however_little_the_next_tool_was_weighed(draft):
+    # at an optician, "9:30 then" after Friday's opening hours read them again (business_info 0.9999)
+    engine = _Torn({"business_info": 0.97, "book_appointment": 0.001}, own=HOURS, forced=BOOKING_AT)
+    agent = _asked_the_hours(engine)
+    turn = agent.respond("2:30 then", first=agent.draft("2:30 then") if draft else None)
+    assert [(c.name, c.arguments["time"]) for c in turn.tool_calls] == [("book_appointment", "14:30")]
 
 
 def _offered(engine):
@@ -318,3 +330,45 @@ def test_a_call_the_model_hardly_weighs_is_made_only_for_a_turn_that_is_its_deta
                    call_share=call_share)
     turn = _offered(engine).respond(said)
     assert turn.tool_calls == [] and turn.reply == SMALL_TALK
+
+
+BOOKING_FRIDAY = {"name": "Ana Lima", "day": "friday", "service": "haircut"}
+
+
+def _asked(engine, call: dict, missing: list[str], question: str):
+    """An agent that asked the caller for `missing[0]`: its call `call` (a booking) lacked `missing`."""
+    agent = _agent(engine)
+    agent.messages = [{"role": "user", "content": "I'm Ana Lima, I'd like a haircut on friday"},
+                      {"role": "assistant", "content": format_tool_call("book_appointment", call)},
+                      tool_message("book_appointment", missing_result(missing)),
+                      {"role": "assistant", "content": question}]
+    return agent
+
+
+@pytest.mark.parametrize("draft", [False, True])
+def test_a_detail_asked_for_again_is_answered_with_its_choices(draft):
+    # "afternoon would be best", asked what time on Wednesday, wrote the booking without a time again, and the
+    # caller heard "What time on Wednesday works for you?" again
+    own = format_tool_call("book_appointment", BOOKING_FRIDAY)
+    engine = _Torn({"book_appointment": 0.99}, own=own, forced=own)
+    agent = _asked(engine, BOOKING_FRIDAY, ["time"], "What time on Friday works for you?")
+    said = "morning if possible"
+    turn = agent.respond(said, first=agent.draft(said) if draft else None)
+    assert [(c.name, c.arguments) for c in turn.tool_calls] == [("check_availability", {"day": "friday"})]
+    assert turn.tool_calls[0].result["free"].startswith("9:00 AM")
+    assert agent.messages[-3]["content"] == format_tool_call("check_availability", {"day": "friday"})
+
+
+@pytest.mark.parametrize("asked", [False, True])
+def test_a_detail_not_asked_for_before_or_asked_for_a_call_the_answer_changed_is_asked_for(asked):
+    # "Thursday", asked what time on Saturday, changed the booking's day: "What time on Thursday ...?"
+    call = BOOKING_FRIDAY | {"day": "saturday"}
+    own = format_tool_call("book_appointment", call)
+    engine = _Torn({"book_appointment": 0.99}, own=own, forced=own)
+    if asked:
+        agent = _asked(engine, BOOKING_FRIDAY, ["time"], "What time on Friday works for you?")
+        turn = agent.respond("sorry, saturday")
+    else:
+        agent = _agent(engine)
+        turn = agent.respond("I'm Ana Lima, I'd like a haircut on saturday")
+    assert turn.tool_calls == [] and turn.reply == ASKING

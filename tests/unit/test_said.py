@@ -3,6 +3,8 @@ running a call whose detail nobody gave."""
 import json
 from datetime import datetime
 
+import pytest
+
 from app.agent.loop import Agent
 from app.agent.meant import UNMEANT_SHARE, free_shares
 from app.agent.options import AgentOptions
@@ -268,13 +270,15 @@ def test_the_only_service_the_caller_named_is_theirs_even_where_the_grammar_forc
     assert booked("A haircut, or a beard trim? Wednesday at 10:30.") == []
 
 
-def test_a_value_the_model_meant_for_one_detail_is_not_said_for_another():
+@pytest.mark.parametrize("name", ["beard trim", "beard"])
+def test_a_value_the_model_meant_for_one_detail_is_not_said_for_another(name):
     """"do you guys do beard trims?": the model wrote the beard trim as the service, its own choice, and as the
     name, forced by the grammar (0.0185 of its probability); kept as the only service named, the booking went on
-    under the name "beard trim". One value is one detail: the agent asks for the rest."""
-    booking = format_tool_call("book_appointment", {"name": "beard trim", "service": "beard trim"})
+    under the name "beard trim". One value is one detail: the agent asks for the rest. So is a part of one: at an
+    optician, "contact lens fitting" was booked under the name "contact lens" (0.013)."""
+    booking = format_tool_call("book_appointment", {"name": name, "service": "beard trim"})
     agent, engine = _agent([booking, "What day would you like to come in?"])
-    _forcing(engine, booking, "beard trim", key="name")
+    _forcing(engine, booking, name, key="name")
     turn = agent.respond("do you guys do beard trims?")
     assert turn.tool_calls == [] and turn.reply == "What day would you like to come in?"
     assert agent.messages[1]["content"] == format_tool_call("book_appointment", {"service": "beard trim"})

@@ -136,6 +136,23 @@ def test_a_call_lacking_details_is_refused_on_those_it_has(toolbox):
     assert toolbox.refusal("book_appointment", {}) is None
 
 
+def test_a_detail_asked_for_again_has_the_look_up_of_its_choices(toolbox):
+    """Asked for a detail and answered without it, the caller hears what they may choose from (Agent.respond):
+    a time, the free times of the call's day; a day, the opening hours; a service, the services. A name, or a
+    time with no day to look in, has no such list."""
+    booking = {"service": "haircut", "day": "friday"}
+    assert toolbox.choices("book_appointment", booking, ["time", "name"]) == ("check_availability", {"day": "friday"})
+    assert toolbox.choices("book_appointment", {"service": "haircut"}, ["day", "time"]) == (
+        "business_info", {"topic": "hours"})
+    assert toolbox.choices("book_appointment", {}, ["service"]) == ("business_info", {"topic": "services"})
+    assert toolbox.choices("check_availability", {}, ["day"]) == ("business_info", {"topic": "hours"})
+    assert toolbox.choices("book_appointment", {"service": "haircut"}, ["time"]) is None
+    assert toolbox.choices("book_appointment", booking | {"time": "10:00"}, ["name"]) is None
+    assert toolbox.choices("cancel_appointment", {}, ["name"]) is None
+    assert toolbox.choices("list_appointments", {}, ["name"]) is None
+    assert toolbox.choices("book_appointment", booking, []) is None
+
+
 def test_aliases_map_to_the_canonical_service(toolbox):
     assert book(toolbox, service="Highlights")["service"] == "hair coloring"
 
