@@ -17,7 +17,7 @@ from app.agent.protocol import (TOOL_CALL_OPEN, ToolCall, TurnResult, forget_mes
                                 parse_tool_calls, retract_last_user_turn, tool_message)
 from app.agent.said import missing_result
 from app.agent.speech_filter import SpeechFilter
-from app.agent.weighed import FOLLOW_SHARE, Weighed, question_before
+from app.agent.weighed import FOLLOW_SHARE, Weighed
 
 log = logging.getLogger(__name__)
 
@@ -290,23 +290,27 @@ class Agent:
         return turn
 
     def _given_way(self, calls, spoken: str, settled, messages: list[dict], cancel):
-        """A generation that is calls alone gives way when every call is made up (CallCheck.made_up) or its one
-        call leaves out the clock time the caller just gave (CallCheck.leaves_out_a_time): to the call of the tool
-        the model weighed next (Weighed.instead_of_made_up; however little it weighed it when the call is the one
-        of the agent's last answer again), or, for a made-up one the model weighed none for, to an answer in
-        words. -> (that generation, its calls as settled, whether the turn answers in words); (None,
-        None, False) when the calls stand."""
+        """A generation that is calls alone gives way when every call is made up (CallCheck.made_up), or its one
+        call leaves out the clock time the caller just gave (CallCheck.leaves_out_a_time) or is the agent's last
+        look-up again (CallCheck.repeats_last): to the call of the tool the model weighed next
+        (Weighed.instead_of_made_up), or, for a made-up one the model weighed none for, to an answer in words.
+        -> (that generation, its calls as settled, whether the turn answers in words); (None, None, False) when
+        the calls stand."""
         if spoken or not calls:
             return None, None, False
         made_up = self.check.made_up(calls, settled, messages)
-        if not made_up and not self.check.leaves_out_a_time(settled, messages):
+        leaves_out = not made_up and self.check.leaves_out_a_time(settled, messages)
+        repeated = not made_up and self.check.repeats_last(settled, messages)
+        if not (made_up or leaves_out or repeated):
             return None, None, False
-        # NOTE: a call that leaves out the time and is the very call of the agent's last answer would only say
-        # that again: "9:30 then" after Friday's opening hours read them again (check_availability 0.009 of a
-        # call's probability), and so did "ok let's do the 2 o'clock" (0.03).
-        repeated = not made_up and question_before(messages) == settled[0][:2]
+        # NOTE: the last answer's look-up again would only say that again: "9:30 then" after Friday's opening
+        # hours read them again (check_availability 0.009 of a call's probability), and so did "ok let's do the
+        # 2 o'clock" (0.03). It gives way to whichever tool the model weighed next, however little, that holds the
+        # time; with no time said, one that holds a detail the conversation says ("the morning": Thursday's free
+        # times).
         other, other_settled, _ = self.weighed.instead_of_made_up(messages, calls[0][0], cancel,
-                                                                  least=0.0 if repeated else FOLLOW_SHARE)
+                                                                  least=0.0 if repeated else FOLLOW_SHARE,
+                                                                  on_latest=leaves_out or made_up)
         return other, other_settled, made_up and other is None
 
     def _lacking_result(self, name: str, arguments: dict, missing: list[str]) -> dict:

@@ -14,10 +14,10 @@ import re
 import threading
 
 from app.agent import schema_grammar
-from app.agent.protocol import TOOL_CALL_OPEN, TOOL_CALL_RE, compact, parse_tool_calls, read_tool_message
+from app.agent.protocol import TOOL_CALL_OPEN, TOOL_CALL_RE, compact
 from app.agent.held import asked_for, callers_own_runs, fullest, held, known, says_a_value, times_answered
-from app.agent.said import (CLOCK_PATTERN, Said, answer_before, holds, invented, is_free, latest_words, name_words,
-                            names_last, names_tool, rests_on, settle, value_words)
+from app.agent.said import (CLOCK_PATTERN, Said, calls_before, holds, invented, is_free, latest_words, name_words,
+                            names_last, names_tool, question_before, rests_on, settle, value_words)
 from app.agent.spoken_times import times_in
 
 log = logging.getLogger(__name__)
@@ -286,6 +286,19 @@ class CallCheck:
         return bool(timed) and name not in timed and bool(times_in(words, clock_only=True)) and \
             not rests_on(name, kept, schemas, [words], self.toolbox.profile)
 
+    def repeats_last(self, settled: list, messages: list[dict]) -> bool:
+        """Whether a turn's one call (as `settled` holds it) is the look-up the agent made for the caller's turn
+        before (app.agent.said.question_before), again, while their latest words, no question, say nothing it
+        holds and do not name its tool: its answer would be the one they just heard. After Thursday's opening
+        hours at a dental clinic, "the morning", "9" and then "Paula Reyes" each read them again."""
+        if self.options.cache != "block" or len(settled) != 1 or not settled[0][0]:
+            return False
+        name, kept, _ = settled[0]
+        read_only = getattr(self.toolbox, "read_only", lambda name: False)
+        words, schemas = latest_words(messages), self.toolbox.schemas()
+        return read_only(name) and question_before(messages) == (name, kept) and not words.rstrip().endswith("?") \
+            and not rests_on(name, kept, schemas, [words], self.toolbox.profile) and not names_tool(name, schemas, words)
+
     def offered(self, settled: list, messages: list[dict]) -> list | None:
         """The look-up a turn's one call makes instead, as `settled` holds calls, when it is the call that asked
         the caller for a detail last, again with nothing new (`asked_again`), and the toolbox lists the choices for
@@ -321,8 +334,6 @@ def asked_again(messages: list[dict], name: str, arguments: dict, detail: str) -
     """Whether the agent's answer to the caller's turn before their latest was this very call (tool `name`, these
     arguments as held), which lacked `detail` first (app.agent.said.missing_result): the caller, asked for it,
     said nothing the call takes."""
-    answer = answer_before(messages)
-    calls = [call for m in answer if m["role"] == "assistant" for call in parse_tool_calls(m["content"])[0]]
-    results = [read for m in answer for read in [read_tool_message(m)] if read is not None]
+    calls, results = calls_before(messages)
     return calls == [(name, arguments)] and len(results) == 1 and results[0][0] == name and \
         (results[0][1].get("missing") or [None])[0] == detail

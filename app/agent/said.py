@@ -29,7 +29,7 @@ from functools import lru_cache
 
 import snowballstemmer
 
-from app.agent.protocol import read_tool_message
+from app.agent.protocol import parse_tool_calls, read_tool_message
 from app.agent.spoken_times import says_today, times_in
 
 SAID = "x-said"  # the schema keyword: this argument must have been said in the conversation
@@ -144,12 +144,23 @@ def latest_user(messages: list[dict]) -> int:
     return max((i for i, m in enumerate(messages) if m["role"] == "user"), default=-1)
 
 
-def answer_before(messages: list[dict]) -> list[dict]:
-    """The agent's answer to the caller's turn before their latest in `messages`: the messages between the two
-    (its calls, their results, its words); [] when there is no turn before."""
+def calls_before(messages: list[dict]) -> tuple[list[tuple[str, dict]], list[tuple[str, dict]]]:
+    """The calls (tool name, arguments) the agent made for the caller's turn before their latest in `messages`,
+    and their results (tool name, result), in order; ([], []) when there is no turn before."""
     latest = latest_user(messages)
     before = max((i for i in range(max(latest, 0)) if messages[i]["role"] == "user"), default=-1)
-    return messages[before + 1:latest] if before >= 0 else []
+    between = messages[before + 1:latest] if before >= 0 else []
+    calls = [call for m in between if m["role"] == "assistant" for call in parse_tool_calls(m["content"])[0]]
+    return calls, [read for m in between for read in [read_tool_message(m)] if read is not None]
+
+
+def question_before(messages: list[dict]) -> tuple[str, dict] | None:
+    """The one call (tool name, arguments) the agent made for the caller's turn before their latest in
+    `messages`, when it made one and its result was not a refusal; else None."""
+    calls, results = calls_before(messages)
+    if len(calls) != 1 or len(results) != 1 or not calls[0][0] or results[0][1].get("ok") is not True:
+        return None
+    return calls[0]
 
 
 def latest_words(messages: list[dict]) -> str:

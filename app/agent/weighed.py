@@ -20,9 +20,9 @@ from functools import cached_property
 
 from app.agent.courtesy import courtesy_parts
 from app.agent.held import named_alone
-from app.agent.protocol import TOOL_CALL_OPEN, parse_tool_calls, read_tool_message
-from app.agent.said import (SAID, SENTENCE_WORDS, Said, answer_before, description_words, is_free, latest_words,
-                            name_words, rests_on)
+from app.agent.protocol import TOOL_CALL_OPEN, parse_tool_calls
+from app.agent.said import (SAID, SENTENCE_WORDS, Said, description_words, is_free, latest_words, name_words,
+                            question_before, rests_on, unsaid)
 
 log = logging.getLogger(__name__)
 
@@ -61,17 +61,6 @@ NAMED_SHARE = 0.75
 # (the booking 0.57 and 0.86 of it) and heard "I'm sorry, I can't help with that."; a name has no other answer.
 GIVEN_SHARE = 0.2
 COMPLETED_SHARE = 0.5
-
-
-def question_before(messages: list[dict]) -> tuple[str, dict] | None:
-    """The one call (tool name, arguments) the agent made for the caller's turn before their latest in
-    `messages`, when it made one and its result was not a refusal; else None."""
-    between = answer_before(messages)
-    calls = [call for m in between if m["role"] == "assistant" for call in parse_tool_calls(m["content"])[0]]
-    results = [read for m in between for read in [read_tool_message(m)] if read is not None]
-    if len(calls) != 1 or len(results) != 1 or not calls[0][0] or results[0][1].get("ok") is not True:
-        return None
-    return calls[0]
 
 
 def _a_question(messages: list[dict]) -> bool:
@@ -264,12 +253,13 @@ class Weighed:
         gen.seconds = seconds
         return gen, seconds
 
-    def instead_of_made_up(self, messages: list[dict], made_up: str, cancel,
-                           least: float = FOLLOW_SHARE) -> tuple[object | None, list, float]:
+    def instead_of_made_up(self, messages: list[dict], made_up: str, cancel, least: float = FOLLOW_SHARE,
+                           on_latest: bool = True) -> tuple[object | None, list, float]:
         """The call of the tool the model weighed next after `made_up` (the tool of a call whose details nobody
         said: CallCheck.made_up; or of one that leaves out the time the caller gave: CallCheck.leaves_out_a_time),
         when the model gave it at least `least` of a call's probability and the call it writes holds a detail
-        the caller's latest words say (app.agent.said.rests_on) and is not made up too:
+        the caller's latest words say (app.agent.said.rests_on; with on_latest False, one the conversation says)
+        and is not made up too:
         "how much for a haircut and a beard trim together?" had the model check the free times of a day and a time
         nobody named (check_availability 0.44), and the caller heard "I'm sorry, I can't help with that."; its next
         tool, business_info (0.25), reads the haircut's price. The generation, its call as `CallCheck.settled`
@@ -290,14 +280,26 @@ class Weighed:
         gen, settled = self._one_call(messages, replies, cancel, written)
         seconds = time.perf_counter() - started
         calls = [(n, arguments) for n, arguments, _ in settled]
-        if not settled or settled[0][0] != name or self.check.made_up(calls, settled, messages) or not rests_on(
-                name, settled[0][1], self.toolbox.schemas(), [latest_words(messages)], self.toolbox.profile):
+        if not settled or settled[0][0] != name or self.check.made_up(calls, settled, messages) or not self._rests(
+                name, settled[0][1], messages, on_latest):
             log.debug("the call weighed after a made-up %s holds nothing said (share %.3f): %r", made_up, share,
                       gen and gen.text)
             return None, [], seconds
         log.debug("the call weighed after a made-up %s (share %.3f): %r", made_up, share, gen.text)
         gen.seconds = seconds
         return gen, settled, seconds
+
+    def _rests(self, name: str, arguments: dict, messages: list[dict], on_latest: bool) -> bool:
+        """Whether a call holds a detail the caller's latest words say (app.agent.said.rests_on); with on_latest
+        False, one their words say anywhere in the conversation, and none that only the agent said: after the
+        opening hours, "that one's fine" had a booking weighed at 0.001 take 4:00 PM, the closing time of another
+        day, and the next turn booked it."""
+        schemas, profile = self.toolbox.schemas(), self.toolbox.profile
+        if on_latest:
+            return rests_on(name, arguments, schemas, [latest_words(messages)], profile)
+        callers = [m for m in messages if m["role"] == "user"]
+        return rests_on(name, arguments, schemas, [m["content"] for m in callers], profile) and \
+            not unsaid(name, arguments, schemas, callers, profile)
 
     def _weighed(self, messages: list[dict], replies, cancel, name: str) -> tuple[object | None, list, float]:
         """The model's reply to `messages` written as a call of tool `name`, when the model, opening its reply

@@ -17,11 +17,10 @@ import pytest
 import torch
 
 from app.agent.loop import Agent
-from app.agent.weighed import question_before
 from app.agent.options import AgentOptions
 from app.agent.profile import load_profile
 from app.agent.protocol import TOOL_CALL_OPEN, format_tool_call, tool_message
-from app.agent.said import missing_result
+from app.agent.said import missing_result, question_before
 from app.agent.store import open_store
 from app.agent.tools import Toolbox
 from tests.checkpoints import train_bpe
@@ -283,7 +282,9 @@ def test_a_call_that_leaves_out_the_time_the_caller_gave_gives_way_to_the_tool_t
 
 
 @pytest.mark.parametrize("said, names, own", [
-    ("2 please", {"business_info": 0.84, "book_appointment": 0.10}, HOURS),   # a bare number: maybe no time
+    # a bare number: maybe no time
+    ("2 please", {"business_info": 0.84, "book_appointment": 0.10},
+     format_tool_call("business_info", {"topic": "hours"})),
     # the model did not weigh the booking, and the call is not the last answer's again
     ("2:30", {"business_info": 0.97, "book_appointment": 0.01},
      format_tool_call("business_info", {"topic": "hours"})),
@@ -302,6 +303,39 @@ def test_the_last_answers_call_again_leaving_out_the_time_gives_way_however_litt
     agent = _asked_the_hours(engine)
     turn = agent.respond("2:30 then", first=agent.draft("2:30 then") if draft else None)
     assert [(c.name, c.arguments["time"]) for c in turn.tool_calls] == [("book_appointment", "14:30")]
+
+
+BOOKING_TUESDAY = format_tool_call("book_appointment", {"name": "Ana Lima", "day": "tuesday", "service": "haircut"})
+
+
+@pytest.mark.parametrize("draft", [False, True])
+def test_the_last_look_up_again_gives_way_to_the_next_tool_that_holds_what_was_said(draft):
+    # at a dental clinic, after Thursday's opening hours, "the morning", "9" and "Paula Reyes" each read them again
+    engine = _Torn({"business_info": 0.97, "book_appointment": 0.001}, own=HOURS, forced=BOOKING_TUESDAY)
+    agent = _asked_the_hours(engine)
+    turn = agent.respond("the morning", first=agent.draft("the morning") if draft else None)
+    assert turn.tool_calls == [] and turn.reply == ASKING
+    assert agent.messages[-3]["content"] == BOOKING_TUESDAY
+
+
+@pytest.mark.parametrize("said", [
+    "the morning?",                # a question may ask the same again
+    "and tuesday morning",         # it says the call's day
+    "what are your hours again",   # it names the tool ("hours": business_info's description alone holds it)
+])
+def test_the_last_look_up_again_stands_when_asked_for(said):
+    engine = _Torn({"business_info": 0.97, "book_appointment": 0.001}, own=HOURS, forced=BOOKING_TUESDAY)
+    turn = _asked_the_hours(engine).respond(said)
+    assert [(c.name, c.arguments) for c in turn.tool_calls] == [("business_info", {"topic": "hours", "day": "tuesday"})]
+
+
+def test_the_last_look_up_again_stands_when_the_next_tool_takes_a_detail_only_the_agent_said():
+    # "that one's fine" after the opening hours: a booking weighed at 0.001 took the closing time of another day
+    closing = format_tool_call("book_appointment", {"name": "Ana Lima", "day": "tuesday", "time": "18:00",
+                                                    "service": "haircut"})
+    engine = _Torn({"business_info": 0.97, "book_appointment": 0.001}, own=HOURS, forced=closing)
+    turn = _asked_the_hours(engine).respond("that one's fine")
+    assert [(c.name, c.arguments) for c in turn.tool_calls] == [("business_info", {"topic": "hours", "day": "tuesday"})]
 
 
 def _offered(engine):
