@@ -291,9 +291,10 @@ class Agent:
 
     def _given_way(self, calls, spoken: str, settled, messages: list[dict], cancel):
         """A generation that is calls alone gives way when every call is made up (CallCheck.made_up), or its one
-        call leaves out the clock time the caller just gave (CallCheck.leaves_out_a_time) or is the agent's last
-        look-up again (CallCheck.repeats_last): to the call of the tool the model weighed next
-        (Weighed.instead_of_made_up), or, for a made-up one the model weighed none for, to an answer in words.
+        call leaves out the clock time the caller just gave (CallCheck.leaves_out_a_time), is the agent's last
+        look-up again (CallCheck.repeats_last) or strays from the request the agent just asked a detail of
+        (CallCheck.strays): to the call of the tool the model weighed next (Weighed.instead_of_made_up; for a
+        stray, the asked request's), or, for a made-up one the model weighed none for, to an answer in words.
         -> (that generation, its calls as settled, whether the turn answers in words); (None, None, False) when
         the calls stand."""
         if spoken or not calls:
@@ -301,7 +302,8 @@ class Agent:
         made_up = self.check.made_up(calls, settled, messages)
         leaves_out = not made_up and self.check.leaves_out_a_time(settled, messages)
         repeated = not made_up and self.check.repeats_last(settled, messages)
-        if not (made_up or leaves_out or repeated):
+        asked = None if made_up or leaves_out or repeated else self.check.strays(settled, messages)
+        if not (made_up or leaves_out or repeated or asked):
             return None, None, False
         # NOTE: the last answer's look-up again would only say that again: "9:30 then" after Friday's opening
         # hours read them again (check_availability 0.009 of a call's probability), and so did "ok let's do the
@@ -310,7 +312,7 @@ class Agent:
         # times).
         other, other_settled, _ = self.weighed.instead_of_made_up(messages, calls[0][0], cancel,
                                                                   least=0.0 if repeated else FOLLOW_SHARE,
-                                                                  on_latest=leaves_out or made_up)
+                                                                  on_latest=leaves_out or made_up, only=asked)
         return other, other_settled, made_up and other is None
 
     def _lacking_result(self, name: str, arguments: dict, missing: list[str]) -> dict:

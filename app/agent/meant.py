@@ -299,6 +299,25 @@ class CallCheck:
         return read_only(name) and question_before(messages) == (name, kept) and not words.rstrip().endswith("?") \
             and not rests_on(name, kept, schemas, [words], self.toolbox.profile) and not names_tool(name, schemas, words)
 
+    def strays(self, settled: list, messages: list[dict]) -> str | None:
+        """The tool whose call asked the caller for a detail in the agent's last answer, when a turn's one call (as
+        `settled` holds it) is of another tool that changes something, holding nothing of the caller's latest words,
+        which do not name its tool either: an answer continues the request it answers. Asked "What time today works
+        for you?" for a blow dry, "Perfect, put me down for that." cancelled (0.82 of a call's probability, the
+        booking 0.14), and the name given next was looked for among the bookings to cancel. None otherwise."""
+        if self.options.cache != "block" or len(settled) != 1 or not settled[0][0]:
+            return None
+        name, kept, _ = settled[0]
+        read_only = getattr(self.toolbox, "read_only", lambda name: False)
+        calls, results = calls_before(messages)
+        if read_only(name) or len(calls) != 1 or len(results) != 1 or not results[0][1].get("missing") \
+                or calls[0][0] in ("", name):
+            return None
+        words, schemas = latest_words(messages), self.toolbox.schemas()
+        if rests_on(name, kept, schemas, [words], self.toolbox.profile) or names_tool(name, schemas, words):
+            return None
+        return calls[0][0]
+
     def offered(self, settled: list, messages: list[dict]) -> list | None:
         """The look-up a turn's one call makes instead, as `settled` holds calls, when it is the call that asked
         the caller for a detail last, again with nothing new (`asked_again`), and the toolbox lists the choices for

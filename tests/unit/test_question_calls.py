@@ -406,3 +406,18 @@ def test_a_detail_not_asked_for_before_or_asked_for_a_call_the_answer_changed_is
         agent = _agent(engine)
         turn = agent.respond("I'm Ana Lima, I'd like a haircut on saturday")
     assert turn.tool_calls == [] and turn.reply == ASKING
+
+
+@pytest.mark.parametrize("said, tool", [
+    ("perfect, put me down for that", "check_availability"),   # the booking asked again: its free times
+    ("actually, just cancel it", "cancel_appointment"),        # the words name the cancellation
+])
+def test_an_answer_to_a_question_continues_the_request_unless_it_names_another(said, tool):
+    # asked "What time today works for you?" for a blow dry, "Perfect, put me down for that." cancelled (0.82 of a
+    # call's probability, the booking 0.14)
+    cancelled = format_tool_call("cancel_appointment", {"name": "Ana Lima"})
+    engine = _Torn({"cancel_appointment": 0.82, "book_appointment": 0.14}, own=cancelled,
+                   forced=format_tool_call("book_appointment", BOOKING_FRIDAY))
+    agent = _asked(engine, BOOKING_FRIDAY, ["time"], "What time on Friday works for you?")
+    turn = agent.respond(said)
+    assert [c.name for c in turn.tool_calls] == [tool]
