@@ -272,12 +272,17 @@ def _asked_the_hours(engine):
 
 
 @pytest.mark.parametrize("draft", [False, True])
-def test_a_call_that_leaves_out_the_time_the_caller_gave_gives_way_to_the_tool_that_holds_it(draft):
+@pytest.mark.parametrize("said, names", [
     # at an optician, "2:30" after Thursday's opening hours read them again (business_info 0.84 of a call's
     # probability, check_availability 0.10), and the name given next drew a greeting
-    engine = _Torn({"business_info": 0.84, "book_appointment": 0.10}, own=HOURS, forced=BOOKING_AT)
+    ("2:30", {"business_info": 0.84, "book_appointment": 0.10}),
+    # "9:30 then" after Friday's opening hours, the last answer's call again: however little the next was weighed
+    ("2:30 then", {"business_info": 0.97, "book_appointment": 0.001}),
+])
+def test_a_call_that_leaves_out_the_time_the_caller_gave_gives_way_to_the_tool_that_holds_it(said, names, draft):
+    engine = _Torn(names, own=HOURS, forced=BOOKING_AT)
     agent = _asked_the_hours(engine)
-    turn = agent.respond("2:30", first=agent.draft("2:30") if draft else None)
+    turn = agent.respond(said, first=agent.draft(said) if draft else None)
     assert [(c.name, c.arguments["time"]) for c in turn.tool_calls] == [("book_appointment", "14:30")]
 
 
@@ -294,15 +299,6 @@ def test_a_call_keeps_its_tool_unless_it_leaves_out_a_clock_time_the_model_weigh
     engine = _Torn(names, own=own, forced=BOOKING_AT)
     turn = _asked_the_hours(engine).respond(said)
     assert [c.name for c in turn.tool_calls] == ["business_info"]
-
-
-@pytest.mark.parametrize("draft", [False, True])
-def test_the_last_answers_call_again_leaving_out_the_time_gives_way_however_little_the_next_tool_was_weighed(draft):
-    # at an optician, "9:30 then" after Friday's opening hours read them again (business_info 0.9999)
-    engine = _Torn({"business_info": 0.97, "book_appointment": 0.001}, own=HOURS, forced=BOOKING_AT)
-    agent = _asked_the_hours(engine)
-    turn = agent.respond("2:30 then", first=agent.draft("2:30 then") if draft else None)
-    assert [(c.name, c.arguments["time"]) for c in turn.tool_calls] == [("book_appointment", "14:30")]
 
 
 BOOKING_TUESDAY = format_tool_call("book_appointment", {"name": "Ana Lima", "day": "tuesday", "service": "haircut"})
