@@ -6,8 +6,9 @@ import json
 import re
 
 from app.agent.protocol import read_tool_message
-from app.agent.said import (CLOCK_PATTERN, SAID, WRITTEN_WORD, Said, conversation_text, fold, holds, is_free, known,
-                            latest_user, latest_words, name_words, spoken_reply, stem, value_words)
+from app.agent.history import conversation_text, latest_user, latest_words, spoken_reply
+from app.agent.said import (CLOCK_PATTERN, SAID, WRITTEN_WORD, Said, fold, holds, is_free, known, name_words, stem,
+                            value_words)
 from app.agent.spoken_times import times_in
 
 _SENTENCE_START = re.compile(r"(?:^|[.?!]\s+)$")

@@ -16,8 +16,9 @@ import threading
 from app.agent import schema_grammar
 from app.agent.protocol import TOOL_CALL_OPEN, TOOL_CALL_RE, compact
 from app.agent.held import asked_for, callers_own_runs, fullest, held, known, says_a_value, times_answered
-from app.agent.said import (CLOCK_PATTERN, Said, calls_before, holds, invented, is_free, latest_words, name_words,
-                            names_last, names_tool, question_before, rests_on, settle, value_words)
+from app.agent.history import calls_before, latest_words, question_before
+from app.agent.said import (CLOCK_PATTERN, Said, holds, invented, is_free, name_words, names_last, names_tool, rests_on,
+                            settle, value_words)
 from app.agent.spoken_times import times_in
 
 log = logging.getLogger(__name__)
@@ -288,7 +289,7 @@ class CallCheck:
 
     def repeats_last(self, settled: list, messages: list[dict]) -> bool:
         """Whether a turn's one call (as `settled` holds it) is the look-up the agent made for the caller's turn
-        before (app.agent.said.question_before), again, while their latest words, no question, say nothing it
+        before (app.agent.history.question_before), again, while their latest words, no question, say nothing it
         holds and do not name its tool: its answer would be the one they just heard. After Thursday's opening
         hours at a dental clinic, "the morning", "9" and then "Paula Reyes" each read them again."""
         if self.options.cache != "block" or len(settled) != 1 or not settled[0][0]:
@@ -297,7 +298,8 @@ class CallCheck:
         read_only = getattr(self.toolbox, "read_only", lambda name: False)
         words, schemas = latest_words(messages), self.toolbox.schemas()
         return read_only(name) and question_before(messages) == (name, kept) and not words.rstrip().endswith("?") \
-            and not rests_on(name, kept, schemas, [words], self.toolbox.profile) and not names_tool(name, schemas, words)
+            and not rests_on(name, kept, schemas, [words], self.toolbox.profile) \
+            and not names_tool(name, schemas, words)
 
     def strays(self, settled: list, messages: list[dict]) -> str | None:
         """The tool whose call asked the caller for a detail in the agent's last answer, when a turn's one call (as

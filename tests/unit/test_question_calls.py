@@ -20,7 +20,8 @@ from app.agent.loop import Agent
 from app.agent.options import AgentOptions
 from app.agent.profile import load_profile
 from app.agent.protocol import TOOL_CALL_OPEN, format_tool_call, tool_message
-from app.agent.said import missing_result, question_before
+from app.agent.history import question_before
+from app.agent.said import missing_result
 from app.agent.store import open_store
 from app.agent.tools import Toolbox
 from tests.checkpoints import train_bpe

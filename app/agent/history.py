@@ -1,0 +1,47 @@
+"""Where a conversation stands: the caller's latest turn, the agent's answer to the turn before it, what was said.
+
+`messages` are a conversation's chat messages as the agent keeps them (app.agent.loop): the caller's ("user"), the
+agent's ("assistant": spoken words, or its tool calls as app.agent.protocol writes them) and the tools' results
+("tool").
+"""
+from app.agent.protocol import parse_tool_calls, read_tool_message
+
+
+def latest_user(messages: list[dict]) -> int:
+    """The index of the caller's latest message in `messages`; -1 when there is none."""
+    return max((i for i, m in enumerate(messages) if m["role"] == "user"), default=-1)
+
+
+def calls_before(messages: list[dict]) -> tuple[list[tuple[str, dict]], list[tuple[str, dict]]]:
+    """The calls (tool name, arguments) the agent made for the caller's turn before their latest in `messages`,
+    and their results (tool name, result), in order; ([], []) when there is no turn before."""
+    latest = latest_user(messages)
+    before = max((i for i in range(max(latest, 0)) if messages[i]["role"] == "user"), default=-1)
+    between = messages[before + 1:latest] if before >= 0 else []
+    calls = [call for m in between if m["role"] == "assistant" for call in parse_tool_calls(m["content"])[0]]
+    return calls, [read for m in between for read in [read_tool_message(m)] if read is not None]
+
+
+def question_before(messages: list[dict]) -> tuple[str, dict] | None:
+    """The one call (tool name, arguments) the agent made for the caller's turn before their latest in
+    `messages`, when it made one and its result was not a refusal; else None."""
+    calls, results = calls_before(messages)
+    if len(calls) != 1 or len(results) != 1 or not calls[0][0] or results[0][1].get("ok") is not True:
+        return None
+    return calls[0]
+
+
+def latest_words(messages: list[dict]) -> str:
+    """The caller's latest message; "" when there is none."""
+    index = latest_user(messages)
+    return messages[index]["content"] if index >= 0 else ""
+
+
+def spoken_reply(message: dict) -> bool:
+    """An agent's message that was spoken, not a tool call."""
+    return message["role"] == "assistant" and not message["content"].startswith("<")
+
+
+def conversation_text(messages: list[dict]) -> list[str]:
+    """What was said: every message but the system prompt and the agent's tool calls."""
+    return [m["content"] for m in messages if m["role"] in ("user", "tool") or spoken_reply(m)]
