@@ -31,6 +31,17 @@ def question_before(messages: list[dict]) -> tuple[str, dict] | None:
     return calls[0]
 
 
+def asked_last(messages: list[dict]) -> tuple[tuple[str, dict], str] | None:
+    """The one call (tool name, arguments) the agent made for the caller's turn before their latest in `messages`
+    when it lacked details (app.agent.said.missing_result: the agent asked for them), and the first detail it
+    lacked; else None."""
+    calls, results = calls_before(messages)
+    missing = results[0][1].get("missing") if len(results) == 1 else None
+    if len(calls) != 1 or not calls[0][0] or results[0][0] != calls[0][0] or not missing:
+        return None
+    return calls[0], missing[0]
+
+
 def latest_words(messages: list[dict]) -> str:
     """The caller's latest message; "" when there is none."""
     index = latest_user(messages)

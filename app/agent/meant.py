@@ -16,7 +16,7 @@ import threading
 from app.agent import schema_grammar
 from app.agent.protocol import TOOL_CALL_OPEN, TOOL_CALL_RE, compact
 from app.agent.held import asked_for, callers_own_runs, fullest, held, known, says_a_value, times_answered
-from app.agent.history import calls_before, latest_words, question_before
+from app.agent.history import asked_last, latest_words, question_before
 from app.agent.said import (CLOCK_PATTERN, Said, holds, invented, is_free, name_words, names_last, names_tool, rests_on,
                             settle, value_words)
 from app.agent.spoken_times import times_in
@@ -311,28 +311,27 @@ class CallCheck:
             return None
         name, kept, _ = settled[0]
         read_only = getattr(self.toolbox, "read_only", lambda name: False)
-        calls, results = calls_before(messages)
-        if read_only(name) or len(calls) != 1 or len(results) != 1 or not results[0][1].get("missing") \
-                or calls[0][0] in ("", name):
+        asked = asked_last(messages)
+        if read_only(name) or asked is None or asked[0][0] == name:
             return None
         words, schemas = latest_words(messages), self.toolbox.schemas()
         if rests_on(name, kept, schemas, [words], self.toolbox.profile) or names_tool(name, schemas, words):
             return None
-        return calls[0][0]
+        return asked[0][0]
 
     def offered(self, settled: list, messages: list[dict]) -> list | None:
         """The look-up a turn's one call makes instead, as `settled` holds calls, when it is the call that asked
-        the caller for a detail last, again with nothing new (`asked_again`), and the toolbox lists the choices for
-        that detail (Toolbox.choices); else None. Asked "What time on Wednesday works for you?", "afternoon would
-        be best" wrote the same booking without a time, and the caller heard the same question again, and again
-        after "morning if possible"; now they hear Wednesday's free times. The model writes the reply from the
-        look-up's result, as after a caller's own "what do you have on Wednesday?". A call the answer changed
-        ("Thursday", asked what time on Saturday) asks again."""
+        the caller for a detail last, again with nothing new (app.agent.history.asked_last), and the toolbox lists
+        the choices for that detail (Toolbox.choices); else None. Asked "What time on Wednesday works for you?",
+        "afternoon would be best" wrote the same booking without a time, and the caller heard the same question
+        again, and again after "morning if possible"; now they hear Wednesday's free times. The model writes the
+        reply from the look-up's result, as after a caller's own "what do you have on Wednesday?". A call the answer
+        changed ("Thursday", asked what time on Saturday) asks again."""
         choices = getattr(self.toolbox, "choices", None)
         if self.options.cache != "block" or choices is None or len(settled) != 1:
             return None
         name, arguments, missing = settled[0]
-        if not name or not missing or not asked_again(messages, name, arguments, missing[0]):
+        if not name or not missing or asked_last(messages) != ((name, arguments), missing[0]):
             return None
         lookup = choices(name, arguments, missing)
         if lookup is None:
@@ -349,12 +348,3 @@ class CallCheck:
         schemas = [] if speech_only else held(self.toolbox.schemas(), messages, self.toolbox.profile)
         return schema_grammar.grammar_for(tokenizer, schemas, self.engine.special.stop,
                                           self.engine.model.args.vocab_size)
-
-
-def asked_again(messages: list[dict], name: str, arguments: dict, detail: str) -> bool:
-    """Whether the agent's answer to the caller's turn before their latest was this very call (tool `name`, these
-    arguments as held), which lacked `detail` first (app.agent.said.missing_result): the caller, asked for it,
-    said nothing the call takes."""
-    calls, results = calls_before(messages)
-    return calls == [(name, arguments)] and len(results) == 1 and results[0][0] == name and \
-        (results[0][1].get("missing") or [None])[0] == detail
