@@ -1,0 +1,215 @@
+"""A turn's calls that give way (app.agent.loop.Agent._given_way) and a detail asked for again (CallCheck.offered).
+
+A call made up whole gives way to the tool the model weighed next, or to an answer in words; one that leaves out
+the clock time the caller gave, or repeats the agent's last look-up for words that say nothing of it, gives way to
+the next tool that holds what was said; an answer continues the request it answers. A detail asked for again is
+answered with the look-up of its choices (Toolbox.choices)."""
+import pytest
+
+from app.agent.protocol import format_tool_call, tool_message
+from app.agent.said import missing_result
+from tests.fakes import SharedGeneration
+from tests.unit.torn import ASKING, PRICES, SMALL_TALK, Torn, agent_after
+
+
+class _MadeUp(Torn):
+    """Torn whose reply with no call allowed (after a made-up call) is SMALL_TALK."""
+
+    def generate(self, messages, *, matcher=None, written=(), **kwargs):
+        first = self.tokenizer.encode(self.own, add_special_tokens=False).ids[0]
+        if messages[-1]["role"] == "user" and not written and matcher is not None and not matcher.allowed()[first]:
+            ids = self.tokenizer.encode(SMALL_TALK, add_special_tokens=False).ids
+            return SharedGeneration(SMALL_TALK, ids, [1.0] * len(ids))
+        return super().generate(messages, matcher=matcher, written=written, **kwargs)
+
+
+MADE_UP = format_tool_call("check_availability", {"day": "monday"})  # nobody said the day
+
+
+@pytest.mark.parametrize("draft", [False, True])
+def test_a_call_made_up_whole_gives_way_to_the_tool_the_model_weighed_next(draft):
+    # "how much for a haircut and a beard trim together?" checked the free times of a day and a time nobody named
+    # (check_availability 0.44) and got "I'm sorry, I can't help with that."; business_info had 0.25
+    engine = _MadeUp({"check_availability": 0.44, "business_info": 0.25}, own=MADE_UP, forced=PRICES)
+    agent = agent_after(engine)
+    agent.messages = []
+    said = "how much for a beard trim and a haircut together?"
+    turn = agent.respond(said, first=agent.draft(said) if draft else None)
+    assert [(c.name, c.arguments) for c in turn.tool_calls] == [
+        ("business_info", {"topic": "prices", "service": "beard trim"})]
+    assert turn.reply == "That is $15."
+
+
+@pytest.mark.parametrize("said, names, forced", [
+    ("how much for a beard trim and a haircut together?", {"check_availability": 0.44, "business_info": 0.02},
+     PRICES),                                                                             # the next not weighed
+    ("can you order me a pizza?", {"check_availability": 0.44, "business_info": 0.25},
+     format_tool_call("business_info", {"topic": "prices"})),                             # it holds nothing said
+])
+def test_a_call_made_up_whole_is_answered_in_words_unless_the_next_tool_holds_what_was_said(said, names, forced):
+    engine = _MadeUp(names, own=MADE_UP, forced=forced)
+    agent = agent_after(engine)
+    agent.messages = []
+    turn = agent.respond(said)
+    assert turn.tool_calls == [] and turn.reply == SMALL_TALK
+
+
+HOURS = format_tool_call("business_info", {"topic": "hours", "day": "tuesday"})
+# (the test tokenizer writes check_availability, cancel_appointment and current_datetime with one first token:
+# the booking is the tool here that takes a time and begins with its own)
+BOOKING_AT = format_tool_call("book_appointment", {"name": "Ana Lima", "day": "tuesday", "time": "14:30",
+                                                   "service": "haircut"})
+
+
+def _asked_the_hours(engine):
+    agent = agent_after(engine, ("business_info", {"topic": "hours", "day": "tuesday"}))
+    agent.messages[0]["content"] = "I'm Ana Lima, I'd like a haircut. What are your hours on tuesday?"
+    return agent
+
+
+@pytest.mark.parametrize("draft", [False, True])
+@pytest.mark.parametrize("said, names", [
+    # at an optician, "2:30" after Thursday's opening hours read them again (business_info 0.84 of a call's
+    # probability, check_availability 0.10), and the name given next drew a greeting
+    ("2:30", {"business_info": 0.84, "book_appointment": 0.10}),
+    # "9:30 then" after Friday's opening hours, the last answer's call again: however little the next was weighed
+    ("2:30 then", {"business_info": 0.97, "book_appointment": 0.001}),
+])
+def test_a_call_that_leaves_out_the_time_the_caller_gave_gives_way_to_the_tool_that_holds_it(said, names, draft):
+    engine = Torn(names, own=HOURS, forced=BOOKING_AT)
+    agent = _asked_the_hours(engine)
+    turn = agent.respond(said, first=agent.draft(said) if draft else None)
+    assert [(c.name, c.arguments["time"]) for c in turn.tool_calls] == [("book_appointment", "14:30")]
+
+
+@pytest.mark.parametrize("said, names, own", [
+    # a bare number: maybe no time
+    ("2 please", {"business_info": 0.84, "book_appointment": 0.10},
+     format_tool_call("business_info", {"topic": "hours"})),
+    # the model did not weigh the booking, and the call is not the last answer's again
+    ("2:30", {"business_info": 0.97, "book_appointment": 0.01},
+     format_tool_call("business_info", {"topic": "hours"})),
+    ("and on tuesday, at 2:30?", {"business_info": 0.84, "book_appointment": 0.10}, HOURS),  # the call holds its day
+])
+def test_a_call_keeps_its_tool_unless_it_leaves_out_a_clock_time_the_model_weighed_a_tool_for(said, names, own):
+    engine = Torn(names, own=own, forced=BOOKING_AT)
+    turn = _asked_the_hours(engine).respond(said)
+    assert [c.name for c in turn.tool_calls] == ["business_info"]
+
+
+BOOKING_TUESDAY = format_tool_call("book_appointment", {"name": "Ana Lima", "day": "tuesday", "service": "haircut"})
+
+
+@pytest.mark.parametrize("draft", [False, True])
+def test_the_last_look_up_again_gives_way_to_the_next_tool_that_holds_what_was_said(draft):
+    # at a dental clinic, after Thursday's opening hours, "the morning", "9" and "Paula Reyes" each read them again
+    engine = Torn({"business_info": 0.97, "book_appointment": 0.001}, own=HOURS, forced=BOOKING_TUESDAY)
+    agent = _asked_the_hours(engine)
+    turn = agent.respond("the morning", first=agent.draft("the morning") if draft else None)
+    assert turn.tool_calls == [] and turn.reply == ASKING
+    assert agent.messages[-3]["content"] == BOOKING_TUESDAY
+
+
+@pytest.mark.parametrize("said", [
+    "the morning?",                # a question may ask the same again
+    "and tuesday morning",         # it says the call's day
+    "what are your hours again",   # it names the tool ("hours": business_info's description alone holds it)
+])
+def test_the_last_look_up_again_stands_when_asked_for(said):
+    engine = Torn({"business_info": 0.97, "book_appointment": 0.001}, own=HOURS, forced=BOOKING_TUESDAY)
+    turn = _asked_the_hours(engine).respond(said)
+    assert [(c.name, c.arguments) for c in turn.tool_calls] == [("business_info", {"topic": "hours", "day": "tuesday"})]
+
+
+def test_the_last_look_up_again_stands_when_the_next_tool_takes_a_detail_only_the_agent_said():
+    # "that one's fine" after the opening hours: a booking weighed at 0.001 took the closing time of another day
+    closing = format_tool_call("book_appointment", {"name": "Ana Lima", "day": "tuesday", "time": "18:00",
+                                                    "service": "haircut"})
+    engine = Torn({"business_info": 0.97, "book_appointment": 0.001}, own=HOURS, forced=closing)
+    turn = _asked_the_hours(engine).respond("that one's fine")
+    assert [(c.name, c.arguments) for c in turn.tool_calls] == [("business_info", {"topic": "hours", "day": "tuesday"})]
+
+
+def _offered(engine):
+    check = ("check_availability", {"day": "tuesday", "time": "14:30"})
+    agent = agent_after(engine, check)
+    agent.messages[0]["content"] = "Is 2:30 on tuesday free for a haircut?"
+    agent.messages[-1]["content"] = "Yes, Tuesday at 2:30 PM is free. Would you like me to book it?"
+    return agent
+
+
+def test_a_name_alone_after_an_offer_makes_the_call_the_model_weighs_though_it_hardly_weighs_one():
+    # "Greg Olsen" (a bike shop) and "Rita Gomez" (an optician) after "Would you like me to book it?": a call 0.13
+    # and 0.11 of the model's probability, the booking 0.57 and 0.86 of a call's; they heard "I'm sorry, I can't
+    # help with that."
+    engine = Torn({"book_appointment": 0.6, "business_info": 0.1}, own=SMALL_TALK, forced=BOOKING_AT, call_share=0.13)
+    turn = _offered(engine).respond("Ana Lima")
+    assert [(c.name, c.arguments["name"]) for c in turn.tool_calls] == [("book_appointment", "Ana Lima")]
+
+
+@pytest.mark.parametrize("said, call_share", [
+    ("Ana Lima, and thanks for being so quick.", 0.13),   # more than the name: the model's own answer
+    ("Ana Lima", 0.03),                                    # a call the model does not weigh
+])
+def test_a_call_the_model_hardly_weighs_is_made_only_for_a_turn_that_is_its_detail_alone(said, call_share):
+    engine = Torn({"book_appointment": 0.6, "business_info": 0.1}, own=SMALL_TALK, forced=BOOKING_AT,
+                   call_share=call_share)
+    turn = _offered(engine).respond(said)
+    assert turn.tool_calls == [] and turn.reply == SMALL_TALK
+
+
+BOOKING_FRIDAY = {"name": "Ana Lima", "day": "friday", "service": "haircut"}
+
+
+def _asked(engine, call: dict, missing: list[str], question: str):
+    """An agent that asked the caller for `missing[0]`: its call `call` (a booking) lacked `missing`."""
+    agent = agent_after(engine)
+    agent.messages = [{"role": "user", "content": "I'm Ana Lima, I'd like a haircut on friday"},
+                      {"role": "assistant", "content": format_tool_call("book_appointment", call)},
+                      tool_message("book_appointment", missing_result(missing)),
+                      {"role": "assistant", "content": question}]
+    return agent
+
+
+@pytest.mark.parametrize("draft", [False, True])
+def test_a_detail_asked_for_again_is_answered_with_its_choices(draft):
+    # "afternoon would be best", asked what time on Wednesday, wrote the booking without a time again, and the
+    # caller heard "What time on Wednesday works for you?" again
+    own = format_tool_call("book_appointment", BOOKING_FRIDAY)
+    engine = Torn({"book_appointment": 0.99}, own=own, forced=own)
+    agent = _asked(engine, BOOKING_FRIDAY, ["time"], "What time on Friday works for you?")
+    said = "morning if possible"
+    turn = agent.respond(said, first=agent.draft(said) if draft else None)
+    assert [(c.name, c.arguments) for c in turn.tool_calls] == [("check_availability", {"day": "friday"})]
+    assert turn.tool_calls[0].result["free"].startswith("9:00 AM")
+    assert agent.messages[-3]["content"] == format_tool_call("check_availability", {"day": "friday"})
+
+
+@pytest.mark.parametrize("asked", [False, True])
+def test_a_detail_not_asked_for_before_or_asked_for_a_call_the_answer_changed_is_asked_for(asked):
+    # "Thursday", asked what time on Saturday, changed the booking's day: "What time on Thursday ...?"
+    call = BOOKING_FRIDAY | {"day": "saturday"}
+    own = format_tool_call("book_appointment", call)
+    engine = Torn({"book_appointment": 0.99}, own=own, forced=own)
+    if asked:
+        agent = _asked(engine, BOOKING_FRIDAY, ["time"], "What time on Friday works for you?")
+        turn = agent.respond("sorry, saturday")
+    else:
+        agent = agent_after(engine)
+        turn = agent.respond("I'm Ana Lima, I'd like a haircut on saturday")
+    assert turn.tool_calls == [] and turn.reply == ASKING
+
+
+@pytest.mark.parametrize("said, tool", [
+    ("perfect, put me down for that", "check_availability"),   # the booking asked again: its free times
+    ("actually, just cancel it", "cancel_appointment"),        # the words name the cancellation
+])
+def test_an_answer_to_a_question_continues_the_request_unless_it_names_another(said, tool):
+    # asked "What time today works for you?" for a blow dry, "Perfect, put me down for that." cancelled (0.82 of a
+    # call's probability, the booking 0.14)
+    cancelled = format_tool_call("cancel_appointment", {"name": "Ana Lima"})
+    engine = Torn({"cancel_appointment": 0.82, "book_appointment": 0.14}, own=cancelled,
+                   forced=format_tool_call("book_appointment", BOOKING_FRIDAY))
+    agent = _asked(engine, BOOKING_FRIDAY, ["time"], "What time on Friday works for you?")
+    turn = agent.respond(said)
+    assert [c.name for c in turn.tool_calls] == [tool]
