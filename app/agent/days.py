@@ -1,11 +1,9 @@
 """How the front desk reads and says days and times: the days a tool takes, a clock time parsed from what a model
-wrote, and the forms results say them in ("3:30 PM", "Friday, December 4", "Saturday the 5th"); and `Refusal`, the
+wrote, and the forms results say them in ("3:30 PM", "Friday, December 4"); and `Refusal`, the
 error a tool speaks to the caller, which a day or a time that cannot be read is.
 """
 import re
 from datetime import date, datetime, time, timedelta
-
-from num2words import num2words
 
 from app.agent.profile import WEEKDAYS
 
@@ -25,16 +23,6 @@ def time_text(t: time) -> str:
 def date_text(d: date) -> str:
     """'Friday, December 4'."""
     return f"{d.strftime('%A')}, {d.strftime('%B')} {d.day}"
-
-
-def day_of_month_text(d: date) -> str:
-    """'Saturday the 5th': a date in a form of its own, for a result that also holds a date_text.
-
-    NOTE: with tomorrow's date as 'Saturday, December 5' beside today's 'Friday, December 4', the shipped adapter
-    (never trained on two such dates in one result) read "what's the date today?" as 'Friday, December 5' on 2 of 7
-    dates (6 of 21 date and time questions); with this form, 21 of 21 right, and tomorrow's weekday said as often
-    (6 of 14 tomorrow questions; 0 without it). 2026-12-05."""
-    return f"{d.strftime('%A')} the {num2words(d.day, to='ordinal_num')}"
 
 
 def when_text(start: datetime) -> str:

@@ -74,14 +74,20 @@ def test_hours_come_from_the_tool(brain):
     assert "9" in turn.reply or "nine" in turn.reply.lower()
 
 
-@pytest.mark.parametrize("now", [datetime(2026, 12, 4, 14, 15), datetime(2026, 12, 13, 16, 15)])
-def test_todays_date_is_read_as_today_not_tomorrow(brain, now):
-    # the date tool gives tomorrow's date too; written as today's was ("Saturday, December 5"), the brain said
-    # "It's 2:15 PM on Friday, December 5" on these dates
-    turn = agent_for(brain, now=now).respond("what's the date today?")
-    assert [name for name, _ in calls(turn)] == ["current_datetime"]
-    assert f"{now:%A}, {now:%B} {now.day}" in turn.reply
-    assert f"{now:%B} {now.day + 1}" not in turn.reply
+@pytest.mark.parametrize("now", [datetime(2026, 12, 4, 14, 15), datetime(2026, 12, 5, 16, 5),
+                                 datetime(2026, 12, 13, 16, 15)])
+def test_the_date_and_tomorrows_are_read_as_asked(brain, now):
+    # with tomorrow's date in the result beside today's, the brain said "It's 2:15 PM on Friday, December 5" for
+    # today's, "It's 4:05 PM on Saturday, December 5 and is taken Sunday the 6th." at the second clock time, and
+    # today's date again for "and what day is tomorrow?"
+    agent = agent_for(brain, now=now)
+    turn = agent.respond("hello, uh, yeah, what's today's date?")
+    assert calls(turn) == [("current_datetime", {})]
+    assert turn.reply == f"It's {now:%-I:%M %p} on {now:%A, %B} {now.day}."
+    tomorrow = now + timedelta(days=1)
+    turn = agent.respond("and what day is tomorrow?")
+    assert calls(turn) == [("current_datetime", {"day": "tomorrow"})]
+    assert f"{tomorrow:%A, %B} {tomorrow.day}" in turn.reply and f"{now:%A}" not in turn.reply
 
 
 def test_a_part_of_today_asks_about_today(brain):

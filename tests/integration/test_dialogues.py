@@ -300,7 +300,8 @@ def test_turns_about_what_the_call_already_holds(profile):
                 seen["cancel_one"] += 1
             if now and now[0][0] == "current_datetime" and "tomorrow" in text.lower():
                 result = json.loads(turn[2]["content"])["result"]
-                assert turn[-1]["content"] == f"Tomorrow is {result['tomorrow']}."
+                assert now[0][1] == {"day": "tomorrow"} and "time" not in result, text
+                assert turn[-1]["content"] == f"It's {result['date']}."
                 seen["tomorrow"] += 1
             booked += [args["name"] for name, args in now if name == "book_appointment" and "name" in args]
     assert all(n >= 5 for n in seen.values()), seen

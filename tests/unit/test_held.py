@@ -44,6 +44,26 @@ def test_a_call_keeps_the_details_the_callers_latest_words_say():
         assert required("book_appointment") == []
 
 
+def test_the_date_of_a_day_asked_is_called_with_that_day():
+    """"and what day is tomorrow?" calls the date tool with the day it asks (the tool then gives that day's date
+    alone: with tomorrow's date beside today's, the brain read today's out, and in the afternoon ran on into
+    tomorrow's); today's date is what it gives with no day."""
+    messages = [{"role": "user", "content": "what time is it?"},
+                {"role": "assistant", "content": format_tool_call("current_datetime", {})},
+                tool_message("current_datetime", {"ok": True, "date": "Saturday, December 5", "time": "4:05 PM"}),
+                {"role": "assistant", "content": "It's 4:05 PM on Saturday, December 5."},
+                {"role": "user", "content": "and what day is tomorrow?"}]
+
+    def date_tool():
+        return next(s for s in held(SCHEMAS, messages, PROFILE) if s["name"] == "current_datetime")["parameters"]
+
+    assert date_tool()["required"] == ["day"] and date_tool()["properties"]["day"]["enum"] == ["tomorrow"]
+    messages[-1]["content"] = "what's the date this friday?"
+    assert date_tool()["properties"]["day"]["enum"] == ["friday"]
+    messages[-1]["content"] = "sorry, what's today's date?"
+    assert date_tool().get("required", []) == []
+
+
 def test_clock_times_are_held_to_those_the_conversation_said():
     said = held(SCHEMAS, [{"role": "user", "content": "Friday at 3:30 p.m., or maybe three thirty"}])
     book = next(s for s in said if s["name"] == "book_appointment")["parameters"]["properties"]

@@ -216,8 +216,8 @@ def test_days_resolve_in_the_profile_timezone():
     profile = load_profile(None)
     # 03:00 UTC on Wednesday is still Tuesday 22:00 in New York
     late = Toolbox(profile, open_store(":memory:"), now=lambda: datetime(2026, 12, 2, 3, 0, tzinfo=timezone.utc))
-    assert late.call("current_datetime", {}) == {"ok": True, "date": "Tuesday, December 1", "time": "10:00 PM",
-                                                     "tomorrow": "Wednesday the 2nd"}
+    assert late.call("current_datetime", {}) == {"ok": True, "date": "Tuesday, December 1", "time": "10:00 PM"}
+    assert late.call("current_datetime", {"day": "tomorrow"}) == {"ok": True, "date": "Wednesday, December 2"}
     assert late.call("check_availability", {"day": "tomorrow"})["day"] == "Wednesday, December 2"
     today = date(2026, 12, 1)  # a Tuesday
     assert resolve_day("tuesday", today) == today  # today counts as the next Tuesday

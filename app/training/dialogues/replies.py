@@ -71,7 +71,7 @@ def reply_to(tool: str, args: dict, result: dict, business: str) -> str:
     if tool == "business_info":
         return _info_reply(r)
     if tool == "current_datetime":
-        return f"It's {r['time']} on {r['date']}."
+        return f"It's {r['time']} on {r['date']}." if "time" in r else f"It's {r['date']}."
     if tool == "transfer_to_human":
         return "Of course. I'm transferring you to a member of our staff now."
     if tool == "end_call":
@@ -100,7 +100,7 @@ def facts(tool: str, result: dict) -> list[str]:
     """The strings of `result` a grounded reply must state (case-insensitive): times, reasons, hours."""
     if not result.get("ok"):
         return [result.get("error", "").split(". ")[0].rstrip(".")]
-    keys = {"book_appointment": ["when"], "cancel_appointment": ["cancelled"], "current_datetime": ["time", "date"],
+    keys = {"book_appointment": ["when"], "cancel_appointment": ["cancelled"], "current_datetime": [k for k in ("time", "date") if k in result],
             "list_appointments": ["appointments"]}.get(tool)
     if tool == "check_availability":
         keys = ["when"] if "when" in result else ["day"] + ([] if result["free"] == "nothing" else ["free"])

@@ -174,17 +174,16 @@ def follow_ups(s: Script, tool: str, args: dict, intent: str) -> dict:
 
 
 def date_and_time(s: Script) -> None:
-    """The date or the time; with Style.call_turns, now and then tomorrow's date, first or after it."""
-    tomorrow = lambda result: f"Tomorrow is {result['tomorrow']}."  # noqa: E731
+    """The date or the time; with Style.call_turns, now and then tomorrow's date (the tool's day), first or after it."""
     if s.call_turns and s.rng.random() < 0.3:
         s.user(s.pick(T.DATE_TOMORROW), "datetime")
-        s.call("current_datetime", {}, reply=tomorrow)
+        s.call("current_datetime", {"day": "tomorrow"})
         return
     s.user(s.pick(T.DATETIME), "datetime")
     s.call("current_datetime", {})
     if s.call_turns and s.rng.random() < 0.4:
         s.user(s.pick(T.DATE_TOMORROW), "datetime")
-        s.call("current_datetime", {}, reply=tomorrow)
+        s.call("current_datetime", {"day": "tomorrow"})
 
 
 def transfer(s: Script) -> None:
