@@ -2,12 +2,23 @@
 wrote, and the forms results say them in ("3:30 PM", "Friday, December 4"); and `Refusal`, the
 error a tool speaks to the caller, which a day or a time that cannot be read is.
 """
+import calendar
 import re
 from datetime import date, datetime, time, timedelta
 
 from app.agent.profile import WEEKDAYS
 
 DAYS = ("today", "tomorrow") + WEEKDAYS
+_MONTHS = tuple(m.lower() for m in calendar.month_name[1:])
+_NTH = r"(\d{1,2})(?:st|nd|rd|th)"
+# A day said in more words than one of DAYS: "the day after tomorrow", "next Tuesday", "a week from Friday", "in a
+# week", "December 15th", "the 15th of December", "the 15th". Each is a value a tool's day takes as said (`day_phrases`), and `resolve_day` reads it.
+_PHRASE = re.compile(
+    rf"\b(?:the\s+)?day\s+after\s+tomorrow\b|\bnext\s+(?P<next>{'|'.join(WEEKDAYS)})\b"
+    rf"|\b(?:a|one)\s+week\s+from\s+(?P<from>{'|'.join(DAYS)})\b|\bin\s+(?:a|one)\s+week(?P<week>)\b"
+    rf"|\b(?P<month>{'|'.join(_MONTHS)})\s+(?:the\s+)?(?P<day>\d{{1,2}})(?:st|nd|rd|th)?\b"
+    rf"|\b(?:the\s+)?{_NTH.replace('(', '(?P<nth>', 1)}\s+of\s+(?P<of>{'|'.join(_MONTHS)})\b"
+    rf"|\bthe\s+{_NTH.replace('(', '(?P<alone>', 1)}\b")
 _TIME_RE = re.compile(r"^(\d{1,2})(?::(\d{2}))?\s*([ap])?\.?\s*m?\.?$")
 
 
@@ -44,15 +55,59 @@ def parse_time(value: str) -> time:
     return time(hour, minute)
 
 
+def day_phrases(text: str) -> list[tuple[str, int, int]]:
+    """(value, start, end) of each day `text` says in more words than one of DAYS (`_PHRASE`), the value its words
+    in lower case: "Can I come the day after tomorrow?" -> [("the day after tomorrow", 11, 33)]."""
+    return [(" ".join(m.group(0).lower().split()), m.start(), m.end()) for m in _PHRASE.finditer(text.lower())]
+
+
+def _on_or_after(today: date, year: int, month: int, day: int) -> date:
+    """The date `day` of `month` in `year`, or the same a year on once it has passed. No such date -> Refusal."""
+    try:
+        d = date(year, month, day)
+        return d if d >= today else date(year + 1, month, day)
+    except ValueError:
+        raise Refusal(f"{calendar.month_name[month]} has no day {day}.") from None
+
+
+def _phrase_day(key: str, today: date) -> date | None:
+    """The date a day phrase (`day_phrases`' value) means: the day after tomorrow; next Tuesday, the Tuesday of
+    the week after this one (weeks from Monday, so on a Saturday "next Monday" is two days on, and on a Tuesday
+    "next Tuesday" a week on); a month's day, the next one on or after today; "the 15th", this month's, or next
+    month's once it has passed; a week from a day, or from today. None: no phrase."""
+    m = _PHRASE.fullmatch(key)
+    if m is None:
+        return None
+    if m.group("from"):
+        return resolve_day(m.group("from"), today) + timedelta(days=7)
+    if m.group("week") is not None:
+        return today + timedelta(days=7)
+    if m.group("next"):
+        return today + timedelta(days=7 - today.weekday() + WEEKDAYS.index(m.group("next")))
+    if m.group("month") or m.group("of"):
+        month = _MONTHS.index(m.group("month") or m.group("of")) + 1
+        return _on_or_after(today, today.year, month, int(m.group("day") or m.group("nth")))
+    if m.group("alone"):
+        day, month = int(m.group("alone")), today.month
+        if day < today.day:
+            month = month % 12 + 1
+        return _on_or_after(today, today.year + (month < today.month), month, day)
+    return today + timedelta(days=2)  # the day after tomorrow
+
+
 def resolve_day(day: str, today: date) -> date:
-    """today, tomorrow or a weekday (its next occurrence, today included) -> a date. Bad input -> Refusal."""
-    key = str(day).strip().lower()
+    """today, tomorrow or a weekday (its next occurrence, today included), or a day phrase (`day_phrases`: "next
+    tuesday", "december 15th") -> a date. Bad input -> Refusal."""
+    key = " ".join(str(day).strip().lower().split())
     if key == "today":
         return today
     if key == "tomorrow":
         return today + timedelta(days=1)
     if key in WEEKDAYS:
         return today + timedelta(days=(WEEKDAYS.index(key) - today.weekday()) % 7)
+    phrase = _phrase_day(key, today)
+    if phrase is not None:
+        return phrase
     try:
         return date.fromisoformat(key)
     except ValueError:

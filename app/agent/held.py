@@ -5,6 +5,7 @@ fullest form the caller gave it (`fullest`). What "said" means is app.agent.said
 import json
 import re
 
+from app.agent.days import DAYS, day_phrases
 from app.agent.protocol import read_tool_message
 from app.agent.history import conversation_text, latest_user, latest_words, spoken_reply
 from app.agent.said import (CLOCK_PATTERN, SAID, WRITTEN_WORD, Said, fold, holds, is_free, known, name_words, stem,
@@ -148,9 +149,31 @@ def latest(messages: list[dict], values_in) -> set[str]:
 
 
 def _said_in(values, text: str, profile) -> list[str]:
-    """The `values` that `text` says, the text read once."""
+    """The `values` that `text` says, the text read once. Of a tool's days, also the days it says in more words
+    (`day_phrases`: "next tuesday", "the day after tomorrow"), and none of `values` only inside one of those: the
+    caller of "the day after tomorrow" did not say tomorrow."""
+    if not is_days(values):
+        said = Said([text], profile)
+        return [v for v in values if said.says(v)]
+    phrases = day_phrases(text)
+    for _, start, end in phrases:
+        text = text[:start] + " " * (end - start) + text[end:]
     said = Said([text], profile)
-    return [v for v in values if said.says(v)]
+    return [v for v, _, _ in phrases] + [v for v in values if said.says(v)]
+
+
+def _days_in_order(values, found) -> list[str]:
+    """The days `found`: those of `values` in their order, then the day phrases sorted; but none of `values` whose
+    words a phrase found holds. A reply that asks "What time tomorrow works for you?" after "the day after
+    tomorrow" (the model words its question from the call) or "What time on Tuesday?" after "next Tuesday" echoes
+    the caller's day: a later call is held to theirs."""
+    phrases = sorted(set(found) - set(values))
+    return [v for v in values if v in found and not any(value_words(v) <= value_words(p) for p in phrases)] + phrases
+
+
+def is_days(values) -> bool:
+    """Whether an enum's `values` are days a tool takes (app.agent.days.DAYS, all or some)."""
+    return bool(values) and set(values) <= set(DAYS)
 
 
 def says_a_value(spec: dict, said: Said, times: set[str]) -> bool:
@@ -159,6 +182,8 @@ def says_a_value(spec: dict, said: Said, times: set[str]) -> bool:
     `held` passes only the times said as clock times: "I want to book one" says no time."""
     if spec.get("pattern") == CLOCK_PATTERN:
         return bool(times)
+    if is_days(spec.get("enum")) and any(day_phrases(text) for text in said.texts):
+        return True
     return any(said.says(v) for v in (*spec.get("enum", ()), *spec.get("examples", ())) if isinstance(v, str))
 
 
@@ -332,7 +357,11 @@ def held(schemas: list[dict], messages: list[dict], profile=None) -> list[dict]:
                 values = tuple(spec["enum"])
                 if values not in enums:
                     last = latest(messages, lambda text: _said_in(values, text, profile))
-                    enums[values] = [v for v in values if v in last] or [v for v in values if said.says(v)] or values
+                    if is_days(values):  # a day said in more words too, and no day said only inside one
+                        told = {v for text in said.texts for v in _said_in(values, text, profile)}
+                        enums[values] = _days_in_order(values, last) or _days_in_order(values, told) or values
+                    else:
+                        enums[values] = [v for v in values if v in last] or [v for v in values if said.says(v)] or values
                 spec["enum"] = list(enums[values])
             elif "pattern" in spec:
                 continue

@@ -98,6 +98,19 @@ def test_a_part_of_today_asks_about_today(brain):
     assert "December 8" in turn.reply
 
 
+@pytest.mark.parametrize("words, booked", [("can I get a blow dry the day after tomorrow?", "Thursday, December 10"),
+                                           ("do you have anything next tuesday for a blow dry", "Tuesday, December 15")])
+def test_a_day_said_in_more_words_is_booked_on_that_day(brain, words, booked):
+    # on a Tuesday, "the day after tomorrow" was booked for tomorrow and "next tuesday" for today: the tools took
+    # today, tomorrow and weekdays only, and the model wrote the nearest
+    agent = agent_for(brain, now=datetime(2026, 12, 8, 10, 20))
+    agent.respond(words)
+    agent.respond("around 1 pm")
+    turn = agent.respond("Ivy Chen")
+    assert [name for name, _ in calls(turn)] == ["book_appointment"]
+    assert f"{booked} at 1:00 PM" in turn.reply
+
+
 def test_a_booking_for_someone_named_by_who_they_are_asks_for_their_name(brain):
     agent = agent_for(brain, now=datetime(2026, 12, 8, 10, 20))
     first = agent.respond("hi I'd like to book for my daughter, a kids haircut saturday at 10")

@@ -64,6 +64,30 @@ def test_the_date_of_a_day_asked_is_called_with_that_day():
     assert date_tool().get("required", []) == []
 
 
+def test_a_day_said_in_more_words_is_held_whole_and_its_echo_is_not_another_day():
+    """"the day after tomorrow" is the day, not the "tomorrow" inside it; the model's question "What time tomorrow
+    works for you?" (worded from the call) echoes it, and the booking that follows is held to the caller's day:
+    it was booked for tomorrow, as "next Tuesday" was for today after "What time on Tuesday works for you?"."""
+    messages = [{"role": "user", "content": "can I get a blow dry the day after tomorrow?"}]
+
+    def days(tool="book_appointment"):
+        schema = next(s for s in held(SCHEMAS, messages, PROFILE) if s["name"] == tool)["parameters"]
+        return schema["properties"]["day"]["enum"], schema["required"]
+
+    assert days() == (["the day after tomorrow"], ["day"])  # said last: the call is written with it
+    messages += [{"role": "assistant", "content": format_tool_call("book_appointment", {
+                      "service": "blow dry", "day": "the day after tomorrow"})},
+                 tool_message("book_appointment", {"ok": False, "missing": ["time", "name"]}),
+                 {"role": "assistant", "content": "What time tomorrow works for you?"},
+                 {"role": "user", "content": "around 1 pm"}]
+    assert days()[0] == ["the day after tomorrow"]
+    messages[0]["content"] = "anything next tuesday for a kids haircut"
+    messages[3]["content"] = "What time on Tuesday works for you?"
+    assert days("check_availability")[0] == ["next tuesday"]
+    messages[-1]["content"] = "ok this tuesday then, at 1 pm"  # a plain day said last is the day
+    assert days()[0] == ["tuesday"]
+
+
 def test_clock_times_are_held_to_those_the_conversation_said():
     said = held(SCHEMAS, [{"role": "user", "content": "Friday at 3:30 p.m., or maybe three thirty"}])
     book = next(s for s in said if s["name"] == "book_appointment")["parameters"]["properties"]
