@@ -102,11 +102,28 @@ class Toolbox:
 
     def canonical(self, arguments: dict) -> dict:
         """A call's arguments with a service named by one of its aliases named as the business names it ("shave"
-        -> "beard trim"): what the call books, as its record and the conversation's history say it. Any other
-        value, one no service answers to included, stays as written."""
+        -> "beard trim"), and a day said in more words (`day_phrases`) named as one of DAYS where one names it
+        ("the day after tomorrow" -> "thursday" on a Tuesday; "next tuesday" on that Tuesday stays as said): what
+        the call books, as its record and the conversation's history say it. Any other value, one no service
+        answers to included, stays as written."""
+        out = dict(arguments)
         service = arguments.get("service")
         known = named_service(self.profile, service) if isinstance(service, str) else None
-        return {**arguments, "service": known.name} if known is not None else arguments
+        if known is not None:
+            out["service"] = known.name
+        day = arguments.get("day")
+        if isinstance(day, str) and day not in DAYS:
+            try:
+                out["day"] = self._plain_day(resolve_day(day, self.now().date())) or day
+            except Refusal:
+                pass  # the call refuses it, with its reason
+        return out
+
+    def _plain_day(self, d: date) -> str | None:
+        """today, tomorrow or the weekday that names date `d` (one within six days), else None."""
+        ahead = (d - self.now().date()).days
+        return "today" if ahead == 0 else "tomorrow" if ahead == 1 else WEEKDAYS[d.weekday()] if 1 < ahead < 7 \
+            else None
 
     def read_only(self, name: str) -> bool:
         """Whether tool `name` changes nothing (its result may be drafted before the turn is sure)."""

@@ -231,9 +231,8 @@ def test_a_day_said_in_more_words_is_the_day_a_caller_means():
     assert [v for v, _, _ in day_phrases(said)] == ["the day after tomorrow", "next friday", "a week from today",
                                                   "december 3rd"]
     assert resolve_day("the day after tomorrow", today) == date(2026, 12, 10)
-    assert resolve_day("next tuesday", today) == date(2026, 12, 15)  # the week after this one's
-    assert resolve_day("next friday", today) == date(2026, 12, 18)
-    assert resolve_day("next monday", date(2026, 12, 5)) == date(2026, 12, 7)  # said on a Saturday
+    assert resolve_day("next friday", today) == date(2026, 12, 11)  # the coming one
+    assert resolve_day("next tuesday", today) == date(2026, 12, 15)  # said on a Tuesday: not today
     assert resolve_day("a week from friday", today) == date(2026, 12, 18)
     assert resolve_day("in a week", today) == date(2026, 12, 15)
     assert resolve_day("december 3rd", today) == date(2027, 12, 3)  # passed this year: the next one
@@ -244,6 +243,12 @@ def test_a_day_said_in_more_words_is_the_day_a_caller_means():
         resolve_day("february 30th", today)
     toolbox = Toolbox(load_profile(None), open_store(":memory:"), now=lambda: datetime(2026, 12, 8, 10, 0))
     assert toolbox.call("check_availability", {"day": "next tuesday"})["day"] == "Tuesday, December 15"
+    # a call's record names the day as one of the tools' days where one does (the model reads its calls back)
+    assert toolbox.canonical({"day": "the day after tomorrow", "service": "shave"}) == {
+        "day": "thursday", "service": "beard trim"}
+    assert toolbox.canonical({"day": "in a week"}) == {"day": "in a week"}  # Tuesday is today's: as said
+    assert toolbox.canonical({"day": "the 9th"}) == {"day": "tomorrow"}
+    assert toolbox.canonical({"day": "february 30th"}) == {"day": "february 30th"}  # the call refuses it
 
 
 def test_times_parse_in_24_hours_and_lenient_forms():
