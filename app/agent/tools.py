@@ -102,8 +102,8 @@ class Toolbox:
 
     def canonical(self, arguments: dict) -> dict:
         """A call's arguments with a service named by one of its aliases named as the business names it ("shave"
-        -> "beard trim"), and a day said in more words (`day_phrases`) named as one of DAYS where one names it
-        ("the day after tomorrow" -> "thursday" on a Tuesday; "next tuesday" on that Tuesday stays as said): what
+        -> "beard trim"), and a day said in more words (`day_phrases`) named as today or a weekday where one names
+        it ("the day after tomorrow" -> "thursday" on a Tuesday; "next tuesday" on that Tuesday stays as said): what
         the call books, as its record and the conversation's history say it. Any other value, one no service
         answers to included, stays as written."""
         out = dict(arguments)
@@ -120,10 +120,10 @@ class Toolbox:
         return out
 
     def _plain_day(self, d: date) -> str | None:
-        """today, tomorrow or the weekday that names date `d` (one within six days), else None."""
+        """today, or the weekday that names date `d` (one within six days: "next Monday" said on a Sunday is
+        "monday", as the caller named it, not "tomorrow"), else None."""
         ahead = (d - self.now().date()).days
-        return "today" if ahead == 0 else "tomorrow" if ahead == 1 else WEEKDAYS[d.weekday()] if 1 < ahead < 7 \
-            else None
+        return "today" if ahead == 0 else WEEKDAYS[d.weekday()] if 0 < ahead < 7 else None
 
     def read_only(self, name: str) -> bool:
         """Whether tool `name` changes nothing (its result may be drafted before the turn is sure)."""

@@ -247,7 +247,8 @@ def test_a_day_said_in_more_words_is_the_day_a_caller_means():
     assert toolbox.canonical({"day": "the day after tomorrow", "service": "shave"}) == {
         "day": "thursday", "service": "beard trim"}
     assert toolbox.canonical({"day": "in a week"}) == {"day": "in a week"}  # Tuesday is today's: as said
-    assert toolbox.canonical({"day": "the 9th"}) == {"day": "tomorrow"}
+    assert toolbox.canonical({"day": "the 9th"}) == {"day": "wednesday"}
+    assert toolbox.canonical({"day": "the 8th"}) == {"day": "today"}
     assert toolbox.canonical({"day": "february 30th"}) == {"day": "february 30th"}  # the call refuses it
 
 
