@@ -12,11 +12,12 @@ DAYS = ("today", "tomorrow") + WEEKDAYS
 _MONTHS = tuple(m.lower() for m in calendar.month_name[1:])
 _NTH = r"(\d{1,2})(?:st|nd|rd|th)"
 # A day said in more words than one of DAYS: "the day after tomorrow", "next Tuesday", "a week from Friday", "in a
-# week", "December 15th", "the 15th of December", "the 15th". Each is a value a tool's day takes as said (`day_phrases`), and `resolve_day` reads it.
+# week", "December 15th", "the 15th of December", "the 15th"; a number that is a clock time is none ("June 3 pm", a
+# name and a time). Each is a value a tool's day takes as said (`day_phrases`), and `resolve_day` reads it.
 _PHRASE = re.compile(
     rf"\b(?:the\s+)?day\s+after\s+tomorrow\b|\bnext\s+(?P<next>{'|'.join(WEEKDAYS)})\b"
     rf"|\b(?:a|one)\s+week\s+from\s+(?P<from>{'|'.join(DAYS)})\b|\bin\s+(?:a|one)\s+week(?P<week>)\b"
-    rf"|\b(?P<month>{'|'.join(_MONTHS)})\s+(?:the\s+)?(?P<day>\d{{1,2}})(?:st|nd|rd|th)?\b"
+    rf"|\b(?P<month>{'|'.join(_MONTHS)})\s+(?:the\s+)?(?P<day>\d{{1,2}})(?:st|nd|rd|th)?\b(?!:|\s*[ap]\.?m\b)"
     rf"|\b(?:the\s+)?{_NTH.replace('(', '(?P<nth>', 1)}\s+of\s+(?P<of>{'|'.join(_MONTHS)})\b"
     rf"|\bthe\s+{_NTH.replace('(', '(?P<alone>', 1)}\b", re.IGNORECASE)
 _TIME_RE = re.compile(r"^(\d{1,2})(?::(\d{2}))?\s*([ap])?\.?\s*m?\.?$")

@@ -230,6 +230,7 @@ def test_a_day_said_in_more_words_is_the_day_a_caller_means():
     said = "could I come the day after tomorrow, or next Friday, or a week from today, or on December 3rd?"
     assert [v for v, _, _ in day_phrases(said)] == ["the day after tomorrow", "next friday", "a week from today",
                                                   "december 3rd"]
+    assert day_phrases("it's June 3 pm then") == []  # a name and a clock time
     assert resolve_day("the day after tomorrow", today) == date(2026, 12, 10)
     assert resolve_day("next friday", today) == date(2026, 12, 11)  # the coming one
     assert resolve_day("next tuesday", today) == date(2026, 12, 15)  # said on a Tuesday: not today
