@@ -10,7 +10,6 @@ from app.agent.profile import WEEKDAYS
 
 DAYS = ("today", "tomorrow") + WEEKDAYS
 _MONTHS = tuple(m.lower() for m in calendar.month_name[1:])
-_NTH = r"(\d{1,2})(?:st|nd|rd|th)"
 # A day said in more words than one of DAYS: "the day after tomorrow", "next Tuesday", "a week from Friday", "in a
 # week", "December 15th", "the 15th of December", "the 15th"; a number that is a clock time is none ("June 3 pm", a
 # name and a time). Each is a value a tool's day takes as said (`day_phrases`), and `resolve_day` reads it.
@@ -18,8 +17,8 @@ _PHRASE = re.compile(
     rf"\b(?:the\s+)?day\s+after\s+tomorrow\b|\bnext\s+(?P<next>{'|'.join(WEEKDAYS)})\b"
     rf"|\b(?:a|one)\s+week\s+from\s+(?P<from>{'|'.join(DAYS)})\b|\bin\s+(?:a|one)\s+week(?P<week>)\b"
     rf"|\b(?P<month>{'|'.join(_MONTHS)})\s+(?:the\s+)?(?P<day>\d{{1,2}})(?:st|nd|rd|th)?\b(?!:|\s*[ap]\.?m\b)"
-    rf"|\b(?:the\s+)?{_NTH.replace('(', '(?P<nth>', 1)}\s+of\s+(?P<of>{'|'.join(_MONTHS)})\b"
-    rf"|\bthe\s+{_NTH.replace('(', '(?P<alone>', 1)}\b", re.IGNORECASE)
+    rf"|\b(?:the\s+)?(?P<nth>\d{{1,2}})(?:st|nd|rd|th)\s+of\s+(?P<of>{'|'.join(_MONTHS)})\b"
+    rf"|\bthe\s+(?P<alone>\d{{1,2}})(?:st|nd|rd|th)\b", re.IGNORECASE)
 _TIME_RE = re.compile(r"^(\d{1,2})(?::(\d{2}))?\s*([ap])?\.?\s*m?\.?$")
 
 
@@ -81,8 +80,8 @@ def _phrase_day(key: str, today: date) -> date | None:
     training dialogues, and callers who answer "What day?", mean the coming one: the held-out split's "Next
     Thursday, please." is booked for the Thursday its checker expects. Read as next week's and recorded as said
     (2026-12-06), the held-out calls exact fell from 91.1 / 97.7 / 90.6 / 96.8% to 86.7 / 88.4 / 89.4 / 89.4% at
-    the four businesses. Every result names the date
-    ("Tuesday, December 15"), so a caller who meant the other hears which it was."""
+    the four businesses. Every result names the date ("Tuesday, December 15"), so a caller who meant the other
+    hears which it was."""
     m = _PHRASE.fullmatch(key)
     if m is None:
         return None

@@ -358,10 +358,11 @@ def held(schemas: list[dict], messages: list[dict], profile=None) -> list[dict]:
                 if values not in enums:
                     last = latest(messages, lambda text: _said_in(values, text, profile))
                     if is_days(values):  # a day said in more words too, and no day said only inside one
-                        told = {v for text in said.texts for v in _said_in(values, text, profile)}
-                        enums[values] = _days_in_order(values, last) or _days_in_order(values, told) or values
+                        enums[values] = (_days_in_order(values, last) or _days_in_order(
+                            values, {v for text in said.texts for v in _said_in(values, text, profile)}) or values)
                     else:
-                        enums[values] = [v for v in values if v in last] or [v for v in values if said.says(v)] or values
+                        enums[values] = ([v for v in values if v in last]
+                                         or [v for v in values if said.says(v)] or values)
                 spec["enum"] = list(enums[values])
             elif "pattern" in spec:
                 continue

@@ -4,7 +4,8 @@ import json
 
 from app.agent.days import DAYS, time_text
 from app.agent.profile import Profile
-from app.agent.tools import SCHEMAS, UNLISTED, Toolbox
+from app.agent.schemas import SCHEMAS, UNLISTED
+from app.agent.tools import Toolbox
 
 
 _INSTRUCTIONS = """You are the voice assistant answering calls for {name}, {address}, phone {phone}.

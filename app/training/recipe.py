@@ -11,7 +11,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from app.agent.prompt import compact_prompt
-from app.agent.tools import SCHEMAS
+from app.agent.schemas import SCHEMAS
 from app.training.dialogues import Style, generate, token_examples
 from llm import chat
 from llm.adapt import AdaptOptions, adapt, load_adapter, save_adapter

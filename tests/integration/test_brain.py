@@ -98,8 +98,9 @@ def test_a_part_of_today_asks_about_today(brain):
     assert "December 8" in turn.reply
 
 
-@pytest.mark.parametrize("words, booked", [("can I get a blow dry the day after tomorrow?", "Thursday, December 10"),
-                                           ("do you have anything next tuesday for a blow dry", "Tuesday, December 15")])
+@pytest.mark.parametrize("words, booked", [
+    ("can I get a blow dry the day after tomorrow?", "Thursday, December 10"),
+    ("do you have anything next tuesday for a blow dry", "Tuesday, December 15")])
 def test_a_day_said_in_more_words_is_booked_on_that_day(brain, words, booked):
     # on a Tuesday, "the day after tomorrow" was booked for tomorrow and "next tuesday" for today: the tools took
     # today, tomorrow and weekdays only, and the model wrote the nearest

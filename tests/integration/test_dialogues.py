@@ -314,7 +314,7 @@ def test_other_businesses_are_made_up_per_dialogue_for_training_only(profile):
     from dataclasses import replace
 
     from app.agent.prompt import compact_prompt
-    from app.agent.tools import SCHEMAS
+    from app.agent.schemas import SCHEMAS
     from app.training.recipe import DIALOGUES
     from app.training.dialogues import token_examples
     from app.training.dialogues.businesses import made_up_profile

@@ -10,7 +10,7 @@ from tokenizers import Tokenizer, pre_tokenizers
 
 from app.agent.protocol import TOOL_CALL_CLOSE, TOOL_CALL_OPEN, format_tool_call
 from app.agent.schema_grammar import TEXT_MAX_CHARS, ReplyGrammar, closed_schema, grammar_for
-from app.agent.tools import SCHEMAS
+from app.agent.schemas import SCHEMAS
 from llm.gguf import gguf_tokenizer, smollm2_path
 
 EXAMPLES = {  # one call of every tool, every argument given

@@ -7,8 +7,9 @@ from app.agent.held import fullest, held, times_answered
 from app.agent.profile import load_profile
 from app.agent.protocol import format_tool_call, tool_message
 from app.agent.schema_grammar import ReplyGrammar
+from app.agent.schemas import SCHEMAS
 from app.agent.store import open_store
-from app.agent.tools import SCHEMAS, Toolbox
+from app.agent.tools import Toolbox
 from tests.checkpoints import train_bpe
 
 PROFILE = load_profile(None)
@@ -42,50 +43,6 @@ def test_a_call_keeps_the_details_the_callers_latest_words_say():
     for words in ("I want to book something", "ok I want to book one"):  # "one" is no clock time here
         messages[-1]["content"] = words
         assert required("book_appointment") == []
-
-
-def test_the_date_of_a_day_asked_is_called_with_that_day():
-    """"and what day is tomorrow?" calls the date tool with the day it asks (the tool then gives that day's date
-    alone: with tomorrow's date beside today's, the brain read today's out, and in the afternoon ran on into
-    tomorrow's); today's date is what it gives with no day."""
-    messages = [{"role": "user", "content": "what time is it?"},
-                {"role": "assistant", "content": format_tool_call("current_datetime", {})},
-                tool_message("current_datetime", {"ok": True, "date": "Saturday, December 5", "time": "4:05 PM"}),
-                {"role": "assistant", "content": "It's 4:05 PM on Saturday, December 5."},
-                {"role": "user", "content": "and what day is tomorrow?"}]
-
-    def date_tool():
-        return next(s for s in held(SCHEMAS, messages, PROFILE) if s["name"] == "current_datetime")["parameters"]
-
-    assert date_tool()["required"] == ["day"] and date_tool()["properties"]["day"]["enum"] == ["tomorrow"]
-    messages[-1]["content"] = "what's the date this friday?"
-    assert date_tool()["properties"]["day"]["enum"] == ["friday"]
-    messages[-1]["content"] = "sorry, what's today's date?"
-    assert date_tool().get("required", []) == []
-
-
-def test_a_day_said_in_more_words_is_held_whole_and_its_echo_is_not_another_day():
-    """"the day after tomorrow" is the day, not the "tomorrow" inside it; the model's question "What time tomorrow
-    works for you?" (worded from the call) echoes it, and the booking that follows is held to the caller's day:
-    it was booked for tomorrow, as "next Tuesday" was for today after "What time on Tuesday works for you?"."""
-    messages = [{"role": "user", "content": "can I get a blow dry the day after tomorrow?"}]
-
-    def days(tool="book_appointment"):
-        schema = next(s for s in held(SCHEMAS, messages, PROFILE) if s["name"] == tool)["parameters"]
-        return schema["properties"]["day"]["enum"], schema["required"]
-
-    assert days() == (["the day after tomorrow"], ["day"])  # said last: the call is written with it
-    messages += [{"role": "assistant", "content": format_tool_call("book_appointment", {
-                      "service": "blow dry", "day": "the day after tomorrow"})},
-                 tool_message("book_appointment", {"ok": False, "missing": ["time", "name"]}),
-                 {"role": "assistant", "content": "What time tomorrow works for you?"},
-                 {"role": "user", "content": "around 1 pm"}]
-    assert days()[0] == ["the day after tomorrow"]
-    messages[0]["content"] = "anything next tuesday for a kids haircut"
-    messages[3]["content"] = "What time on Tuesday works for you?"
-    assert days("check_availability")[0] == ["next tuesday"]
-    messages[-1]["content"] = "ok this tuesday then, at 1 pm"  # a plain day said last is the day
-    assert days()[0] == ["tuesday"]
 
 
 def test_clock_times_are_held_to_those_the_conversation_said():

@@ -11,8 +11,9 @@ from app.agent.meant import PROBED_SHARE, probe_prefix, probed_value
 from app.agent.options import AgentOptions
 from app.agent.profile import load_profile
 from app.agent.protocol import format_tool_call
+from app.agent.schemas import SCHEMAS
 from app.agent.store import open_store
-from app.agent.tools import SCHEMAS, Toolbox
+from app.agent.tools import Toolbox
 from tests.checkpoints import train_bpe
 from tests.fakes import SharedGeneration
 

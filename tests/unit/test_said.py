@@ -11,8 +11,9 @@ from app.agent.options import AgentOptions
 from app.agent.profile import load_profile
 from app.agent.protocol import format_tool_call, tool_message
 from app.agent.said import Said, is_said, named_service, names_last, names_tool, settle, unsaid
+from app.agent.schemas import SCHEMAS
 from app.agent.store import open_store
-from app.agent.tools import SCHEMAS, Toolbox
+from app.agent.tools import Toolbox
 from tests.fakes import FakeEngine
 
 PROFILE = load_profile(None)

@@ -100,7 +100,8 @@ def facts(tool: str, result: dict) -> list[str]:
     """The strings of `result` a grounded reply must state (case-insensitive): times, reasons, hours."""
     if not result.get("ok"):
         return [result.get("error", "").split(". ")[0].rstrip(".")]
-    keys = {"book_appointment": ["when"], "cancel_appointment": ["cancelled"], "current_datetime": [k for k in ("time", "date") if k in result],
+    keys = {"book_appointment": ["when"], "cancel_appointment": ["cancelled"],
+            "current_datetime": [k for k in ("time", "date") if k in result],  # a day asked: its date alone
             "list_appointments": ["appointments"]}.get(tool)
     if tool == "check_availability":
         keys = ["when"] if "when" in result else ["day"] + ([] if result["free"] == "nothing" else ["free"])

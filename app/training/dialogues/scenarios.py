@@ -3,7 +3,7 @@ import re
 from datetime import datetime, timedelta
 
 from app.agent.profile import WEEKDAYS
-from app.agent.tools import TOPICS
+from app.agent.schemas import TOPICS
 from app.training.dialogues import businesses, phrases
 from app.training.dialogues import templates as T
 from app.training.dialogues.booking import booking, fill_day, offered_time
