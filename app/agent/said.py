@@ -11,7 +11,8 @@ means depends only on the value's form, never on a list of words:
   app.agent.spoken_times);
 - a business's service is said when its name or one of its aliases (the profile's) is in a message; one of
   several words also when said with other endings ("my hair colored" says "hair color", "teeth cleaned" says
-  "teeth cleaning": `_roots`), a single word only as it is ("fill me in" says no filling); and, in a message
+  "teeth cleaning": `_roots`) or turned around, its last word first ("a haircut for a kid" says "kids haircut":
+  `_phrase_spans`), a single word only as it is ("fill me in" says no filling); and, in a message
   that names no service so, by the last word of its name when no other service's name ends so or is that word
   ("a coloring" says the hair coloring: `_heads`);
 - the day "today" also when a message names a part of it ("tonight", "this afternoon", "right now":
@@ -92,17 +93,36 @@ def _roots(words: list[str]) -> list[str]:
     return [_root(w) for w in words]
 
 
-def _phrase_starts(words: list[str], phrase: list[str], roots: list[str] | None = None) -> list[int]:
-    """Where the words of `phrase` stand in `words` (`_words`' both); a phrase of several words also with other
-    endings (`roots`: `_roots(words)`, given or computed): a service's name said as a verb's participle ("get
-    my teeth cleaned": "teeth cleaning"). A single word says itself only: as a verb it is seldom the service
-    ("can you fill me in?" at a dentist's, "filling")."""
+# English's function words by which a caller turns a service's name around, its last word first: "a haircut for a
+# kid" (kids haircut), "a cleaning of my teeth" (teeth cleaning), "an adjustment on my brakes" (brake adjustment).
+# Grammar's closed classes, the same for every business: prepositions, then maybe a determiner or a possessive.
+_TURNED_BY = frozenset({"for", "of", "on"})
+_DETERMINERS = frozenset({"a", "an", "the", "my", "his", "her", "our", "their", "your", "this", "that", "these",
+                          "those", "some"})
+
+
+def _phrase_spans(words: list[str], phrase: list[str], roots: list[str] | None = None) -> list[tuple[int, int]]:
+    """Where the words of `phrase` stand in `words` (`_words`' both), as (start, end): a phrase of several words
+    also with other endings (`roots`: `_roots(words)`, given or computed): a service's name said as a verb's
+    participle ("get my teeth cleaned": "teeth cleaning"); and turned around, its last word, then one of
+    `_TURNED_BY`, maybe one of `_DETERMINERS`, then the words before it ("a haircut for a kid": "kids haircut").
+    A single word says itself only: as a verb it is seldom the service ("can you fill me in?" at a dentist's,
+    "filling")."""
     n = len(phrase)
-    exact = [i for i in range(len(words) - n + 1) if n and words[i:i + n] == phrase]
+    spans = [(i, i + n) for i in range(len(words) - n + 1) if n and words[i:i + n] == phrase]
     if n < 2:
-        return exact
+        return spans
     roots, wanted = roots if roots is not None else _roots(words), _roots(phrase)
-    return exact + [i for i in range(len(words) - n + 1) if roots[i:i + n] == wanted and i not in exact]
+    spans += [(i, i + n) for i in range(len(words) - n + 1) if roots[i:i + n] == wanted and (i, i + n) not in spans]
+    for i in range(len(words)):
+        if roots[i] != wanted[-1] or i + 1 >= len(words) or words[i + 1] not in _TURNED_BY:
+            continue
+        j = i + 2
+        if j < len(words) and words[j] in _DETERMINERS:
+            j += 1
+        if roots[j:j + n - 1] == wanted[:-1]:
+            spans.append((i, j + n - 1))
+    return spans
 
 
 def _heads(profile) -> dict:
@@ -133,7 +153,7 @@ def named_service(profile, text: str):
     words = _words(text)
     roots = _roots(words)
     named = [(len(_words(form)), s) for s in profile.services for form in (s.name, *s.aliases)
-             if _phrase_starts(words, _words(form), roots)]
+             if _phrase_spans(words, _words(form), roots)]
     if named:
         return max(named, key=lambda n: n[0])[1]
     by_head = {id(s): s for word, s in _heads(profile).items() if word in words}
@@ -184,11 +204,11 @@ class Said:
             if self.profile is not None else set()
         if not wanted:
             return {}
-        spans = [(i, start, start + len(form), service.name, text_form)
+        spans = [(i, start, end, service.name, text_form)
                  for service in self.profile.services
                  for text_form in (service.name, *service.aliases) for form in [_words(text_form)] if form
                  for i, (words, roots) in enumerate(zip(self.words, self.roots))
-                 for start in _phrase_starts(words, form, roots)]
+                 for start, end in _phrase_spans(words, form, roots)]
         by_name = {i for i, *_ in spans}   # the texts that name a service by its name or an alias
         heads = _heads(self.profile)
         spans += [(i, start, start + 1, heads[word].name, heads[word].name)
@@ -209,7 +229,7 @@ class Said:
         if service is None:
             return []
         forms = [form for form in (service.name, *service.aliases)
-                 if any(_phrase_starts(w, _words(form), r) for w, r in zip(self.words, self.roots))]
+                 if any(_phrase_spans(w, _words(form), r) for w, r in zip(self.words, self.roots))]
         return forms or ([service.name] if service.name in self.services_named([service.name]) else [])
 
 

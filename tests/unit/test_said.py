@@ -57,6 +57,20 @@ def test_a_service_is_named_by_the_verbal_noun_its_name_ends_in_where_nothing_el
     assert named_service(bikes, "I need a truing").name == "wheel truing"
 
 
+def test_a_service_of_several_words_is_named_turned_around_its_last_word_first():
+    # "how much is a haircut for a kid?" was asked the haircut's price ($35), not the kids haircut's ($20)
+    names = [s.name for s in PROFILE.services]
+    assert Said(["how much is a haircut for a kid?"], PROFILE).services_named(names) == {
+        "kids haircut": ["kids haircut"]}
+    assert Said(["can you do a trim for my beard on friday?"], PROFILE).services_named(names) == {
+        "beard trim": ["beard trim", "beard"]}                   # the haircut's alias "trim" is inside it
+    assert Said(["I want a haircut and my kid wants one too"], PROFILE).services_named(names) == {
+        "haircut": ["haircut"]}                                   # no preposition: two things said
+    bikes = load_profile("app/profiles/bike_repair.yaml")
+    assert is_said("brake adjustment", ["an adjustment on my brakes"], bikes)
+    assert is_said("flat tire repair", ["a repair for a flat tire please"], bikes)
+
+
 def test_names_are_said_whatever_their_accents_and_case():
     assert is_said("Sofía Ramírez", ["name is sofia ramirez"])
     assert is_said("de la Cruz", ["It's Maria de la Cruz."])
