@@ -309,9 +309,14 @@ class Agent:
         # hours read them again (check_availability 0.009 of a call's probability), and so did "ok let's do the
         # 2 o'clock" (0.03). It gives way to whichever tool the model weighed next, however little, that holds the
         # time; with no time said, one that holds a detail the conversation says ("the morning": Thursday's free
-        # times).
+        # times). So does a made-up call that wrote a detail the caller just said where it cannot stand (a day as
+        # a name: CallCheck.misplaced): "what's the latest appointment on saturday?" looked up the appointments
+        # of "saturday" (list_appointments 0.93) and was refused, where the free times of Saturday (0.045) hold
+        # the day said. A call made up of nothing said keeps the floor: "is it safe to color my hair while I'm
+        # pregnant?" checked a Friday nobody named, and the coloring's price (0.033) is no answer either.
+        misplaced = made_up and self.check.misplaced(calls, settled, messages)
         other, other_settled, _ = self.weighed.instead_of_made_up(messages, calls[0][0], cancel,
-                                                                  least=0.0 if repeated else FOLLOW_SHARE,
+                                                                  least=0.0 if repeated or misplaced else FOLLOW_SHARE,
                                                                   on_latest=leaves_out or made_up, only=asked)
         return other, other_settled, made_up and other is None
 

@@ -271,6 +271,15 @@ class CallCheck:
                    and not names_tool(name, schemas, words)
                    for (name, arguments), (_, kept, missing) in zip(calls, settled))
 
+    def misplaced(self, calls: list[tuple[str, dict]], settled, messages: list[dict]) -> bool:
+        """Whether a call wrote a detail the caller's latest words say in an argument that the rule of words said
+        then dropped (`settled` lacks it): a day written as a name (app.agent.said's `other_values`), a possessive
+        or a number. The caller gave that detail; the model put it where it cannot stand."""
+        schemas, words = self.toolbox.schemas(), latest_words(messages)
+        return any(name and rests_on(name, {k: v for k, v in arguments.items() if k not in kept}, schemas, [words],
+                                     self.toolbox.profile)
+                   for (name, arguments), (_, kept, _) in zip(calls, settled))
+
     def leaves_out_a_time(self, settled: list, messages: list[dict]) -> bool:
         """Whether a turn's one call (as `settled` holds it) holds nothing of the caller's latest words, its tool
         takes no clock time, and those words say one (a clock time, not a bare number) that another tool takes: at
