@@ -242,7 +242,8 @@ class Toolbox:
         if topic == "phone":
             return {"phone": p.phone}
         if topic == "services":
-            return {"services": _join([s.name for s in p.services])}
+            asked = named_service(p, service) if service else None   # first: the reply names it first
+            return {"services": _join([s.name for s in sorted(p.services, key=lambda s: s != asked)])}
         if topic == "prices":
             if service:
                 s = self._service(service)

@@ -244,6 +244,13 @@ def test_business_info_topics(toolbox):
         "business_info", {"topic": "hours"})
     assert toolbox.call("business_info", {"topic": "address"})["address"] == "214 Maple Street, Springfield"
     assert "not 'parking'" in toolbox.call("business_info", {"topic": "parking"})["error"]
+    # the services with one asked of ("do you do kids eye exams?") name it first, as the reply does: "We offer
+    # kids eye exam, contact lens fitting, glasses adjustment and kids eye exam." had read it twice
+    assert toolbox.call("business_info", {"topic": "services", "service": "kids cut"})["services"] == \
+        "kids haircut, haircut, beard trim, blow dry and hair coloring"
+    assert toolbox.call("business_info", {"topic": "services", "service": "nails"})["services"] == \
+        toolbox.call("business_info", {"topic": "services"})["services"] == \
+        "haircut, kids haircut, beard trim, blow dry and hair coloring"
 
 
 def test_bad_calls_get_a_reason_never_an_exception(toolbox):
