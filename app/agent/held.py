@@ -7,7 +7,7 @@ import re
 
 from app.agent.days import DAYS, day_phrases
 from app.agent.protocol import read_tool_message
-from app.agent.history import conversation_text, latest_user, latest_words, spoken_reply
+from app.agent.history import conversation_text, details_called, latest_user, latest_words, spoken_reply
 from app.agent.said import (CLOCK_PATTERN, SAID, WRITTEN_WORD, Said, fold, holds, is_free, known, name_words, stem,
                             value_words)
 from app.agent.spoken_times import times_in
@@ -325,7 +325,7 @@ def held(schemas: list[dict], messages: list[dict], profile=None) -> list[dict]:
     asked = asked_for(messages, schemas, own, said_last, times_last)
     said_callers = Said([m["content"] for m in messages if m["role"] == "user"], profile)
     free = words_pattern(said_callers, [run for _, run in own])
-    theirs = Said(said_callers.texts + about_a_person(messages, schemas), profile)
+    theirs = Said(said_callers.texts + about_a_person(messages, schemas) + details_called(messages), profile)
     last_index = latest_user(messages)
     runs_last = [run for i, run in own if i == last_index]
     enums: dict[tuple, list[str]] = {}  # the days of every tool that takes one are held alike

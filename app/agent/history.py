@@ -56,3 +56,13 @@ def spoken_reply(message: dict) -> bool:
 def conversation_text(messages: list[dict]) -> list[str]:
     """What was said: every message but the system prompt and the agent's tool calls."""
     return [m["content"] for m in messages if m["role"] in ("user", "tool") or spoken_reply(m)]
+
+
+def details_called(messages: list[dict]) -> list[str]:
+    """The string details of the calls in `messages` (the agent's, as the history holds them: each held to what was
+    said when it was made). A long call's prompt window moves past its first turns (Agent.prompt), and with them
+    the caller's words that named a service; the calls after them still hold it. ("ok then 11 for Jan", after
+    "a kids cut at 10:30 for Zofia Wojcik" left the window and Jan's kids haircut at 10:30 was taken, was forced
+    to the service "well" of "as well for Jan Wojcik", and the caller was asked what service they wanted.)"""
+    return [value for m in messages if m["role"] == "assistant" for _, arguments in parse_tool_calls(m["content"])[0]
+            for value in arguments.values() if isinstance(value, str)]

@@ -30,7 +30,7 @@ from functools import lru_cache
 
 import snowballstemmer
 
-from app.agent.history import conversation_text, latest_words
+from app.agent.history import conversation_text, details_called, latest_words
 from app.agent.protocol import read_tool_message
 from app.agent.spoken_times import says_today, times_in
 
@@ -104,24 +104,26 @@ _DETERMINERS = frozenset({"a", "an", "the", "my", "his", "her", "our", "their", 
 def _phrase_spans(words: list[str], phrase: list[str], roots: list[str] | None = None) -> list[tuple[int, int]]:
     """Where the words of `phrase` stand in `words` (`_words`' both), as (start, end): a phrase of several words
     also with other endings (`roots`: `_roots(words)`, given or computed): a service's name said as a verb's
-    participle ("get my teeth cleaned": "teeth cleaning"); and turned around, its last word, then one of
-    `_TURNED_BY`, maybe one of `_DETERMINERS`, then the words before it ("a haircut for a kid": "kids haircut").
-    A single word says itself only: as a verb it is seldom the service ("can you fill me in?" at a dentist's,
-    "filling")."""
+    participle ("get my teeth cleaned": "teeth cleaning"); and turned around, its last words first, then one of
+    `_TURNED_BY`, maybe one of `_DETERMINERS`, then the words before them ("a haircut for a kid": "kids haircut";
+    "eye exams for kids": "kids eye exam"). A single word says itself only: as a verb it is seldom the service
+    ("can you fill me in?" at a dentist's, "filling")."""
     n = len(phrase)
     spans = [(i, i + n) for i in range(len(words) - n + 1) if n and words[i:i + n] == phrase]
     if n < 2:
         return spans
     roots, wanted = roots if roots is not None else _roots(words), _roots(phrase)
     spans += [(i, i + n) for i in range(len(words) - n + 1) if roots[i:i + n] == wanted and (i, i + n) not in spans]
-    for i in range(len(words)):
-        if roots[i] != wanted[-1] or i + 1 >= len(words) or words[i + 1] not in _TURNED_BY:
-            continue
-        j = i + 2
-        if j < len(words) and words[j] in _DETERMINERS:
-            j += 1
-        if roots[j:j + n - 1] == wanted[:-1]:
-            spans.append((i, j + n - 1))
+    for first in range(1, n):   # the words before wanted[first] go after the preposition
+        last, before = wanted[first:], wanted[:first]
+        for i in range(len(words) - len(last)):
+            if roots[i:i + len(last)] != last or words[i + len(last)] not in _TURNED_BY:
+                continue
+            j = i + len(last) + 1
+            if j < len(words) and words[j] in _DETERMINERS:
+                j += 1
+            if roots[j:j + first] == before:
+                spans.append((i, j + first))
     return spans
 
 
@@ -239,8 +241,10 @@ def is_said(value: str, texts: list[str], profile=None) -> bool:
 
 
 def unsaid(name: str, arguments: dict, schemas: list[dict], messages: list[dict], profile=None) -> list[str]:
-    """The arguments of a call of tool `name` that its schema marks x-said and the conversation never said."""
-    said = Said(conversation_text(messages), profile)
+    """The arguments of a call of tool `name` that its schema marks x-said and the conversation never said: not in
+    its messages, nor in a call of the history (each held to what was said when it was made: its words may have
+    left the prompt's window since)."""
+    said = Said(conversation_text(messages) + details_called(messages), profile)
     return [key for key, value in _said_strings(name, arguments, schemas).items() if not said.says(value)]
 
 
@@ -281,16 +285,22 @@ def settle(name: str, arguments: dict, schemas: list[dict], messages: list[dict]
 
 def other_values(schema: dict, arguments: dict, schemas: list[dict] = ()) -> list[str]:
     """The free arguments (`is_free`) of a call whose value is made only of words that an argument of the tool, or
-    an x-said one of another tool of `schemas`, takes as its values: a booking's name "Thursday" is the day's (its
-    enum), said, but not as a name. ("1:30 then", asked for a time after "a beard trim on Thursday", was booked
-    under the name Thursday; "which one is the latest one you have?", after "a haircut on friday?", looked up the
-    appointments of "friday", a tool that takes no day.) So is one made only of numbers, a time's or a count's:
-    "Okay, 9 2 30 further." (Whisper's hearing of "oh, ok. then 2:30 for her") was booked under the name "9 2 30"."""
-    properties = [*schema["parameters"].get("properties", {}).values(),  # the tool's own; others' the caller says
-                  *(spec for s in schemas for spec in s["parameters"].get("properties", {}).values() if spec.get(SAID))]
-    others = set().union(*(value_words(v) for spec in properties for v in spec.get("enum", ()) if isinstance(v, str)))
+    an x-said one of another tool of `schemas`, takes as its values (its `enum`, or its `examples`: the business's
+    services): a booking's name "Thursday" is the day's (its enum), said, but not as a name. ("1:30 then", asked
+    for a time after "a beard trim on Thursday", was booked under the name Thursday; "which one is the latest one
+    you have?", after "a haircut on friday?", looked up the appointments of "friday", a tool that takes no day;
+    "do you do emergency exams?" at a dentist's, those of "emergency".) So is one made only of numbers, a time's or
+    a count's: "Okay, 9 2 30 further." (Whisper's hearing of "oh, ok. then 2:30 for her") was booked under the
+    name "9 2 30"."""
+    properties = [*schema["parameters"].get("properties", {}).items(),  # the tool's own; others' the caller says
+                  *((k, spec) for s in schemas for k, spec in s["parameters"].get("properties", {}).items()
+                    if spec.get(SAID))]
+
+    def others(key: str) -> set[str]:   # a service is made of the services' words: those of other arguments
+        return set().union(*(value_words(v) for k, spec in properties if k != key
+                             for v in (*spec.get("enum", ()), *spec.get("examples", ())) if isinstance(v, str)))
     return [key for key, value in _free_values(schema, arguments)
-            if value_words(value) <= others or not any(c.isalpha() for c in value)]
+            if value_words(value) <= others(key) or not any(c.isalpha() for c in value)]
 
 
 _POSSESSIVES = frozenset({"my", "our", "your", "his", "her", "their"})  # English's possessive determiners

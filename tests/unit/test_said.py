@@ -69,6 +69,9 @@ def test_a_service_of_several_words_is_named_turned_around_its_last_word_first()
     bikes = load_profile("app/profiles/bike_repair.yaml")
     assert is_said("brake adjustment", ["an adjustment on my brakes"], bikes)
     assert is_said("flat tire repair", ["a repair for a flat tire please"], bikes)
+    optician = load_profile("app/profiles/eye_care.yaml")       # its last two words first
+    assert Said(["do you do eye exams for kids?"], optician).services_named(
+        [s.name for s in optician.services]) == {"kids eye exam": ["kids eye exam"]}
 
 
 def test_names_are_said_whatever_their_accents_and_case():
@@ -164,6 +167,19 @@ def test_a_name_made_of_a_day_is_the_days_not_a_name_the_agent_asks_for_one():
                                                 "service": "haircut"}, SCHEMAS,
                            [{"role": "user", "content": "Friday at 10 for a haircut, I'm Sunday Rose"}], PROFILE)
     assert kept["name"] == "Sunday Rose" and missing == []
+
+
+def test_a_name_made_only_of_the_services_words_is_no_name():
+    # "do you do emergency exams?" at a dentist's looked up the appointments of "emergency": "I don't see any
+    # upcoming emergency appointments."
+    dentist = load_profile("app/profiles/dental_clinic.yaml")
+    schemas = Toolbox(dentist, open_store(":memory:")).schemas()
+    said = [{"role": "user", "content": "do you do emergency exams? for Jo Cleary, Emergency Exam, tomorrow at 9"}]
+    assert settle("list_appointments", {"name": "emergency"}, schemas, said, dentist) == ({}, ["name"])
+    for name, kept in (("Emergency Exam", False), ("Jo Cleary", True)):
+        arguments = {"name": name, "day": "tomorrow", "time": "09:00", "service": "emergency exam"}
+        kept_arguments = settle("book_appointment", arguments, schemas, said, dentist)[0]
+        assert ("name" in kept_arguments) == kept and kept_arguments["service"] == "emergency exam", name
 
 
 def test_a_name_that_begins_with_a_possessive_says_who_not_their_name():
