@@ -11,7 +11,7 @@ means depends only on the value's form, never on a list of words:
   app.agent.spoken_times);
 - a business's service is said when its name or one of its aliases (the profile's) is in a message; one of
   several words also when said with other endings ("my hair colored" says "hair color", "teeth cleaned" says
-  "teeth cleaning": `_roots`) or turned around, its last word first ("a haircut for a kid" says "kids haircut":
+  "teeth cleaning": `_roots`) or turned around, its last words first ("a haircut for a kid" says "kids haircut":
   `_phrase_spans`), a single word only as it is ("fill me in" says no filling); and, in a message
   that names no service so, by the last word of its name when no other service's name ends so or is that word
   ("a coloring" says the hair coloring: `_heads`);
@@ -93,7 +93,7 @@ def _roots(words: list[str]) -> list[str]:
     return [_root(w) for w in words]
 
 
-# English's function words by which a caller turns a service's name around, its last word first: "a haircut for a
+# English's function words by which a caller turns a service's name around, its last words first: "a haircut for a
 # kid" (kids haircut), "a cleaning of my teeth" (teeth cleaning), "an adjustment on my brakes" (brake adjustment).
 # Grammar's closed classes, the same for every business: prepositions, then maybe a determiner or a possessive.
 _TURNED_BY = frozenset({"for", "of", "on"})
