@@ -2,7 +2,7 @@
 Santos." (app.agent.weighed asks the model again about these parts)."""
 import re
 
-from app.agent.said import SENTENCE_WORDS
+from app.agent.words import SENTENCE_WORDS
 
 _CLAUSE_END = re.compile(r"[,;.?!]+(?=\s)")
 

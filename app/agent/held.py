@@ -8,9 +8,9 @@ import re
 from app.agent.days import DAYS, day_phrases
 from app.agent.protocol import read_tool_message
 from app.agent.history import conversation_text, details_called, latest_user, latest_words, spoken_reply
-from app.agent.said import (CLOCK_PATTERN, SAID, WRITTEN_WORD, Said, fold, holds, is_free, known, name_words, stem,
-                            value_words)
+from app.agent.said import CLOCK_PATTERN, SAID, Said, is_free, known
 from app.agent.spoken_times import times_in
+from app.agent.words import WRITTEN_WORD, fold, holds, name_words, stem, value_words
 
 _SENTENCE_START = re.compile(r"(?:^|[.?!]\s+)$")
 _JOINS_RUN = re.compile(r"[\s-]*")  # what may stand between two words of one run: spaces, a hyphen

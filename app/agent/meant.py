@@ -17,9 +17,9 @@ from app.agent import schema_grammar
 from app.agent.protocol import TOOL_CALL_OPEN, TOOL_CALL_RE, compact
 from app.agent.held import asked_for, callers_own_runs, fullest, held, known, says_a_value, times_answered
 from app.agent.history import asked_last, latest_words, question_before
-from app.agent.said import (CLOCK_PATTERN, Said, holds, invented, is_free, name_words, names_last, names_tool, rests_on,
-                            settle, value_words)
+from app.agent.said import CLOCK_PATTERN, Said, invented, is_free, names_last, names_tool, rests_on, settle
 from app.agent.spoken_times import times_in
+from app.agent.words import holds, name_words, value_words
 
 log = logging.getLogger(__name__)
 

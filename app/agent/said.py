@@ -11,8 +11,8 @@ means depends only on the value's form, never on a list of words:
   app.agent.spoken_times);
 - a business's service is said when its name or one of its aliases (the profile's) is in a message; one of
   several words also when said with other endings ("my hair colored" says "hair color", "teeth cleaned" says
-  "teeth cleaning": `_roots`) or turned around, its last words first ("a haircut for a kid" says "kids haircut":
-  `_phrase_spans`), a single word only as it is ("fill me in" says no filling); and, in a message
+  "teeth cleaning") or turned around, its last words first ("a haircut for a kid" says "kids haircut"; both
+  app.agent.words.phrase_spans), a single word only as it is ("fill me in" says no filling); and, in a message
   that names no service so, by the last word of its name when no other service's name ends so or is that word
   ("a coloring" says the hair coloring: `_heads`);
 - the day "today" also when a message names a part of it ("tonight", "this afternoon", "right now":
@@ -25,106 +25,17 @@ means depends only on the value's form, never on a list of words:
   of hesitation sounds ("Um": `hesitated`) says nothing.
 """
 import re
-import unicodedata
-from functools import lru_cache
-
-import snowballstemmer
 
 from app.agent.history import conversation_text, details_called, latest_words
 from app.agent.protocol import read_tool_message
 from app.agent.spoken_times import says_today, times_in
+from app.agent.words import (POSSESSIVES, SENTENCE_WORDS, fold, name_words, phrase_spans, root_of, roots_of, stem,
+                             value_words, words_of)
 
 SAID = "x-said"  # the schema keyword: this argument must have been said in the conversation
 CLOCK_PATTERN = "^[0-2][0-9]:[0-5][0-9]$"  # a schema's "pattern" for a clock time, HH:MM on a 24-hour clock
 _HHMM = re.compile(r"^\d{2}:\d{2}$")
-SENTENCE_WORDS = re.compile(r"[\w']+")
 _DESCRIPTION_WORD = 4  # the shortest word of a tool's description that names what it does ("call", not "the")
-WRITTEN_WORD = re.compile(r"[^\W_]+(?:'[^\W_]+)*")  # letters and digits, with inner apostrophes (O'Brien)
-
-
-def fold(text: str) -> str:
-    """Lowercase, accents dropped: 'Sofía' -> 'sofia'."""
-    text = unicodedata.normalize("NFKD", text.lower())
-    return "".join(c for c in text if not unicodedata.combining(c))
-
-
-def name_words(name: str) -> tuple[str, ...]:
-    """A name's words as names are compared: lower case, accents dropped ("García Lopez" -> ("garcia", "lopez")); a
-    recognizer writes a name with or without its accents."""
-    return tuple(WRITTEN_WORD.findall(fold(name)))
-
-
-def holds(name: tuple[str, ...], part: tuple[str, ...]) -> bool:
-    """Whether a name's words (`name_words`) hold every one of `part`'s, each as often as it is there."""
-    left = list(name)
-    for word in part:
-        if word not in left:
-            return False
-        left.remove(word)
-    return True
-
-
-def stem(word: str) -> str:
-    """A word less a plural or possessive ending, so that "Saturdays" says "saturday" and "kid's cut" says "kids
-    cut"; both sides of a comparison are read the same way."""
-    word = word.removesuffix("'s")
-    return word[:-1] if len(word) > 3 and word.endswith("s") and not word.endswith("ss") else word
-
-
-def _words(text: str) -> list[str]:
-    return [stem(w) for w in SENTENCE_WORDS.findall(fold(text))]
-
-
-def value_words(value: str) -> set[str]:
-    """The words of a value as `says` compares them: "Friday" and "fridays" are {"friday"}."""
-    return set(_words(value))
-
-
-_ENGLISH = snowballstemmer.stemmer("english")
-
-
-@lru_cache(maxsize=4096)
-def _root(word: str) -> str:
-    return _ENGLISH.stemWord(word)
-
-
-def _roots(words: list[str]) -> list[str]:
-    """The words without their endings (Snowball's English stemmer: "colored", "coloring" -> "color")."""
-    return [_root(w) for w in words]
-
-
-# English's function words by which a caller turns a service's name around, its last words first: "a haircut for a
-# kid" (kids haircut), "a cleaning of my teeth" (teeth cleaning), "an adjustment on my brakes" (brake adjustment).
-# Grammar's closed classes, the same for every business: prepositions, then maybe a determiner or a possessive.
-_TURNED_BY = frozenset({"for", "of", "on"})
-_DETERMINERS = frozenset({"a", "an", "the", "my", "his", "her", "our", "their", "your", "this", "that", "these",
-                          "those", "some"})
-
-
-def _phrase_spans(words: list[str], phrase: list[str], roots: list[str] | None = None) -> list[tuple[int, int]]:
-    """Where the words of `phrase` stand in `words` (`_words`' both), as (start, end): a phrase of several words
-    also with other endings (`roots`: `_roots(words)`, given or computed): a service's name said as a verb's
-    participle ("get my teeth cleaned": "teeth cleaning"); and turned around, its last words first, then one of
-    `_TURNED_BY`, maybe one of `_DETERMINERS`, then the words before them ("a haircut for a kid": "kids haircut";
-    "eye exams for kids": "kids eye exam"). A single word says itself only: as a verb it is seldom the service
-    ("can you fill me in?" at a dentist's, "filling")."""
-    n = len(phrase)
-    spans = [(i, i + n) for i in range(len(words) - n + 1) if n and words[i:i + n] == phrase]
-    if n < 2:
-        return spans
-    roots, wanted = roots if roots is not None else _roots(words), _roots(phrase)
-    spans += [(i, i + n) for i in range(len(words) - n + 1) if roots[i:i + n] == wanted and (i, i + n) not in spans]
-    for first in range(1, n):   # the words before wanted[first] go after the preposition
-        last, before = wanted[first:], wanted[:first]
-        for i in range(len(words) - len(last)):
-            if roots[i:i + len(last)] != last or words[i + len(last)] not in _TURNED_BY:
-                continue
-            j = i + len(last) + 1
-            if j < len(words) and words[j] in _DETERMINERS:
-                j += 1
-            if roots[j:j + first] == before:
-                spans.append((i, j + first))
-    return spans
 
 
 def _heads(profile) -> dict:
@@ -137,11 +48,11 @@ def _heads(profile) -> dict:
     heads: dict[str, list] = {}
     for service in profile.services:
         parts = service.name.split()
-        last = _words(parts[-1]) if len(parts) > 1 else []
+        last = words_of(parts[-1]) if len(parts) > 1 else []
         # "tune-up" is two words to _words: its "up" is no head
-        if len(last) == 1 and last[0].startswith(_root(last[0])) and len(last[0]) - len(_root(last[0])) >= 3:
+        if len(last) == 1 and last[0].startswith(root_of(last[0])) and len(last[0]) - len(root_of(last[0])) >= 3:
             heads.setdefault(last[0], []).append(service)
-    whole = {tuple(_words(form)) for s in profile.services for form in (s.name, *s.aliases)}
+    whole = {tuple(words_of(form)) for s in profile.services for form in (s.name, *s.aliases)}
     return {word: found[0] for word, found in heads.items() if len(found) == 1 and (word,) not in whole}
 
 
@@ -152,10 +63,10 @@ def named_service(profile, text: str):
     service = profile.service(text)
     if service is not None:
         return service
-    words = _words(text)
-    roots = _roots(words)
-    named = [(len(_words(form)), s) for s in profile.services for form in (s.name, *s.aliases)
-             if _phrase_spans(words, _words(form), roots)]
+    words = words_of(text)
+    roots = roots_of(words)
+    named = [(len(words_of(form)), s) for s in profile.services for form in (s.name, *s.aliases)
+             if phrase_spans(words, words_of(form), roots)]
     if named:
         return max(named, key=lambda n: n[0])[1]
     by_head = {id(s): s for word, s in _heads(profile).items() if word in words}
@@ -175,8 +86,8 @@ class Said:
 
     def __init__(self, texts: list[str], profile=None):
         self.texts, self.profile = texts, profile
-        self.words = [_words(text) for text in texts]
-        self.roots = [_roots(words) for words in self.words]
+        self.words = [words_of(text) for text in texts]
+        self.roots = [roots_of(words) for words in self.words]
         self.vocabulary = set().union(*self.words) if self.words else set()
         self._times: set[str] | None = None
 
@@ -193,7 +104,7 @@ class Said:
             return value in self.times
         if self.profile is not None and self.profile.service(value) is not None:
             return bool(self.service_forms(value))
-        wanted = set(_words(value))
+        wanted = set(words_of(value))
         if wanted == {"today"} and "today" not in self.vocabulary:
             return any(says_today(text) for text in self.texts)
         return bool(wanted) and wanted <= self.vocabulary
@@ -208,9 +119,9 @@ class Said:
             return {}
         spans = [(i, start, end, service.name, text_form)
                  for service in self.profile.services
-                 for text_form in (service.name, *service.aliases) for form in [_words(text_form)] if form
+                 for text_form in (service.name, *service.aliases) for form in [words_of(text_form)] if form
                  for i, (words, roots) in enumerate(zip(self.words, self.roots))
-                 for start, end in _phrase_spans(words, form, roots)]
+                 for start, end in phrase_spans(words, form, roots)]
         by_name = {i for i, *_ in spans}   # the texts that name a service by its name or an alias
         heads = _heads(self.profile)
         spans += [(i, start, start + 1, heads[word].name, heads[word].name)
@@ -231,7 +142,7 @@ class Said:
         if service is None:
             return []
         forms = [form for form in (service.name, *service.aliases)
-                 if any(_phrase_spans(w, _words(form), r) for w, r in zip(self.words, self.roots))]
+                 if any(phrase_spans(w, words_of(form), r) for w, r in zip(self.words, self.roots))]
         return forms or ([service.name] if service.name in self.services_named([service.name]) else [])
 
 
@@ -303,15 +214,12 @@ def other_values(schema: dict, arguments: dict, schemas: list[dict] = ()) -> lis
             if value_words(value) <= others(key) or not any(c.isalpha() for c in value)]
 
 
-_POSSESSIVES = frozenset({"my", "our", "your", "his", "her", "their"})  # English's possessive determiners
-
-
 def possessed(schema: dict, arguments: dict) -> list[str]:
     """The free arguments (`is_free`) of a call whose value begins with a possessive determiner: "my daughter" says
     who, not their name. ("I'd like to book for my daughter, a kids haircut saturday at 10" was booked under the
     name "my daughter", and her own name, given next, found the slot taken by it.)"""
     return [key for key, value in _free_values(schema, arguments)
-            if SENTENCE_WORDS.findall(fold(value))[0] in _POSSESSIVES]
+            if SENTENCE_WORDS.findall(fold(value))[0] in POSSESSIVES]
 
 
 # English's filled pauses as speech recognizers write them ("Okay so, Um, 5:30 in the afternoon.")
@@ -343,13 +251,13 @@ def someone_else(schema: dict, arguments: dict, messages: list[dict], profile=No
     before ("10:30 for her is fine" after her booking was refused), stays hers."""
     last = latest_words(messages)
     words = SENTENCE_WORDS.findall(fold(last))
-    if not _POSSESSIVES.intersection(words):
+    if not POSSESSIVES.intersection(words):
         return []
     texts = [m["content"].replace("_", " ") for m in messages if m["role"] == "system"]
     if profile is not None:
         texts += [profile.name, profile.address] + [" ".join([s.name, *s.aliases]) for s in profile.services]
-    business = set(_words(" ".join(texts)))
-    others = any(w in ("his", "their") or (w in _POSSESSIVES - {"your"} and i + 1 < len(words)
+    business = set(words_of(" ".join(texts)))
+    others = any(w in ("his", "their") or (w in POSSESSIVES - {"your"} and i + 1 < len(words)
                                            and stem(words[i + 1]) not in business)
                  for i, w in enumerate(words))
     if not others:

@@ -14,9 +14,10 @@ from typing import Callable
 from app.agent.days import (DAYS, Refusal, date_text, parse_time, resolve_day, time_text,
                             when_text)
 from app.agent.profile import WEEKDAYS, Profile, Service
-from app.agent.said import holds, lacking, name_words, named_service
+from app.agent.said import lacking, named_service
 from app.agent.schemas import SCHEMAS, TOPICS
 from app.agent.store import Appointment, Store, UnwrittenStore
+from app.agent.words import holds, name_words
 
 log = logging.getLogger(__name__)
 

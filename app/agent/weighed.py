@@ -22,7 +22,8 @@ from app.agent.courtesy import courtesy_parts
 from app.agent.held import named_alone
 from app.agent.protocol import TOOL_CALL_OPEN, parse_tool_calls
 from app.agent.history import latest_words, question_before
-from app.agent.said import SAID, SENTENCE_WORDS, Said, description_words, is_free, name_words, rests_on, unsaid
+from app.agent.said import SAID, Said, description_words, is_free, rests_on, unsaid
+from app.agent.words import SENTENCE_WORDS, name_words
 
 log = logging.getLogger(__name__)
 

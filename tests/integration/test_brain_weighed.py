@@ -59,7 +59,7 @@ def test_a_day_written_as_a_name_gives_way_to_the_tool_that_takes_the_day(brain)
 
 
 def test_a_service_named_turned_around_is_the_service_priced(brain):
-    # "a haircut for a kid" was priced as the haircut, $35 (app.agent.said._phrase_spans)
+    # "a haircut for a kid" was priced as the haircut, $35 (app.agent.words.phrase_spans)
     turn = agent_for(brain).respond("how much is a haircut for a kid?")
     assert calls(turn) == [("business_info", {"topic": "prices", "service": "kids haircut"})], turn.reply
     assert "$20" in turn.reply

@@ -6,7 +6,6 @@ import re
 from app.agent.held import fullest, held, times_answered
 from app.agent.profile import load_profile
 from app.agent.protocol import format_tool_call, tool_message
-from app.agent.said import settle
 from app.agent.schema_grammar import ReplyGrammar
 from app.agent.schemas import SCHEMAS
 from app.agent.store import open_store
@@ -391,20 +390,3 @@ def test_the_one_topic_the_callers_latest_words_name_is_the_topic():
     # a bike shop's "service" is its tune-up too: the words name a service, and the topic is the model's
     bikes = load_profile("app/profiles/bike_repair.yaml")
     assert len(topics("how much is a service?", bikes)) == 5
-
-
-def test_a_service_a_call_holds_stays_said_when_the_callers_words_left_the_window():
-    """A long call's prompt window (Agent.prompt) moved past "a kids cut at 10:30 for Zofia Wojcik"; "ok then 11 for
-    Jan", after Jan's kids haircut at 10:30 was taken, was forced to the service "well" and asked what service."""
-    schemas = Toolbox(PROFILE, open_store(":memory:")).schemas()
-    taken = {"name": "Jan Wojcik", "day": "saturday", "time": "10:30", "service": "kids haircut"}
-    messages = [{"role": "user", "content": "and one at 10:30 as well for Jan Wojcik"},
-                {"role": "assistant", "content": format_tool_call("book_appointment", taken)},
-                tool_message("book_appointment", {"ok": False, "error": "Saturday at 10:30 AM is already taken."}),
-                {"role": "assistant", "content": "I'm sorry. It's taken. Would 11:00 AM work?"},
-                {"role": "user", "content": "ok then 11 for Jan"}]
-    book = next(s for s in held(schemas, messages, PROFILE) if s["name"] == "book_appointment")
-    assert re.fullmatch(book["parameters"]["properties"]["service"]["pattern"], "kids haircut")
-    assert not re.fullmatch(book["parameters"]["properties"]["service"]["pattern"], "well")
-    kept, missing = settle("book_appointment", taken | {"time": "11:00"}, schemas, messages, PROFILE)
-    assert kept["service"] == "kids haircut" and missing == []

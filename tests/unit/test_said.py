@@ -10,7 +10,7 @@ from app.agent.meant import UNMEANT_SHARE, free_shares
 from app.agent.options import AgentOptions
 from app.agent.profile import load_profile
 from app.agent.protocol import format_tool_call, tool_message
-from app.agent.said import Said, is_said, named_service, names_last, names_tool, settle, unsaid
+from app.agent.said import is_said, names_last, names_tool, settle, unsaid
 from app.agent.schemas import SCHEMAS
 from app.agent.store import open_store
 from app.agent.tools import Toolbox
@@ -23,55 +23,6 @@ def test_times_are_said_in_any_spoken_form():
     assert is_said("15:30", ["Can I come at half past three in the afternoon?"])
     assert is_said("15:30", ["3:30 pm works"])
     assert not is_said("15:00", ["Can I come in tomorrow?"])
-
-
-def test_services_are_said_by_the_profiles_names_and_aliases():
-    assert is_said("beard trim", ["I need a beard shave"], PROFILE)
-    assert is_said("hair coloring", ["do you do highlights?"], PROFILE)
-    assert not is_said("hair coloring", ["I need a haircut"], PROFILE)
-
-
-def test_a_service_of_several_words_is_said_with_other_endings_a_single_word_only_as_it_is():
-    dentist = load_profile("app/profiles/dental_clinic.yaml")
-    assert is_said("hair coloring", ["I wanna get my hair colored next tuesday"], PROFILE)   # "hair color"
-    assert named_service(PROFILE, "hair colored").name == "hair coloring"
-    assert Said(["I need my teeth cleaned, and whitened too"], dentist).services_named(
-        [s.name for s in dentist.services]) == {"cleaning": ["teeth cleaning"]}            # not "teeth whitening"
-    assert is_said("whitening", ["could I get my teeth whitened?"], dentist)
-    assert not is_said("filling", ["can you fill me in on your hours?"], dentist)         # one word: as it is
-    assert not is_said("haircut", ["how much for cutting my hair?"], PROFILE)
-
-
-def test_a_service_is_named_by_the_verbal_noun_its_name_ends_in_where_nothing_else_is_named():
-    names = [s.name for s in PROFILE.services]
-    assert Said(["I'd like to book a coloring for wednesday"], PROFILE).services_named(names) == {
-        "hair coloring": ["hair coloring"]}
-    assert is_said("hair coloring", ["how much for, uh, coloring?"], PROFILE)
-    assert named_service(PROFILE, "coloring").name == "hair coloring"
-    assert Said(["a haircut, and a coloring"], PROFILE).services_named(names) == {"haircut": ["haircut"]}
-    assert not is_said("blow dry", ["my hair is so dry"], PROFILE)            # a plain word: the caller's own
-    optician = load_profile("app/profiles/eye_care.yaml")
-    assert named_service(optician, "a fitting please").name == "contact lens fitting"
-    bikes = load_profile("app/profiles/bike_repair.yaml")
-    assert named_service(bikes, "can you repair my bike") is None           # "repair": no verbal noun
-    assert named_service(bikes, "I need a truing").name == "wheel truing"
-
-
-def test_a_service_of_several_words_is_named_turned_around_its_last_word_first():
-    # "how much is a haircut for a kid?" was asked the haircut's price ($35), not the kids haircut's ($20)
-    names = [s.name for s in PROFILE.services]
-    assert Said(["how much is a haircut for a kid?"], PROFILE).services_named(names) == {
-        "kids haircut": ["kids haircut"]}
-    assert Said(["can you do a trim for my beard on friday?"], PROFILE).services_named(names) == {
-        "beard trim": ["beard trim", "beard"]}                   # the haircut's alias "trim" is inside it
-    assert Said(["I want a haircut and my kid wants one too"], PROFILE).services_named(names) == {
-        "haircut": ["haircut"]}                                   # no preposition: two things said
-    bikes = load_profile("app/profiles/bike_repair.yaml")
-    assert is_said("brake adjustment", ["an adjustment on my brakes"], bikes)
-    assert is_said("flat tire repair", ["a repair for a flat tire please"], bikes)
-    optician = load_profile("app/profiles/eye_care.yaml")       # its last two words first
-    assert Said(["do you do eye exams for kids?"], optician).services_named(
-        [s.name for s in optician.services]) == {"kids eye exam": ["kids eye exam"]}
 
 
 def test_names_are_said_whatever_their_accents_and_case():
