@@ -16,6 +16,7 @@ import tempfile
 
 import numpy as np
 
+from app.commands.common import study
 from app.pipeline.services import Services
 from app.pipeline.session import SessionOptions
 from app.settings import from_env
@@ -78,6 +79,7 @@ def main(argv=None) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         settings = from_env().replace(llm_model=args.llm_model, db_path=f"{tmp}/bench.sqlite3")
         services = Services.load(settings)
+        study(services)
         services.warm_up()
         tts = services.tts
         audio = [resample(tts.synthesize(q), tts.sample_rate_hz, SAMPLE_RATE_HZ) for q in QUESTIONS]

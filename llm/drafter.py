@@ -20,16 +20,106 @@ its 60 dialogues share their templates, as a front desk's calls share their repl
 """
 
 
+import numpy as np
+
+# The suffix lengths looked up in the studied conversations (`Drafter.study`), the longest first.
+STUDIED_SUFFIXES = (32, 16, 8, 4)
+STUDIED_GUESS = 12  # the longest guess from the studied conversations
+STUDIED_KEPT = 50_000  # guesses kept once worked out (then they are worked out again)
+
+
+class Studied:
+    """Conversations (token ids) indexed by their n-token windows, for each n of STUDIED_SUFFIXES: `after(ids, n)`
+    is what follows the last n tokens of ids in a majority of their occurrences, as far as the majority agrees
+    (at most STUDIED_GUESS tokens). Windows are found by a polynomial hash of their tokens (sorted, searched by
+    bisection) and compared token by token, so a collision is no match."""
+
+    def __init__(self, sequences: list[list[int]]):
+        parts = [np.asarray(seq, dtype=np.int64) for seq in sequences if seq]
+        # -1 ends each conversation: no window or guess runs across it
+        self.tokens = np.concatenate([np.append(p, -1) for p in parts]) if parts else np.full(1, -1)
+        self._sorted: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        ends = np.flatnonzero(self.tokens < 0)
+        for n in STUDIED_SUFFIXES:
+            last = np.arange(n - 1, len(self.tokens))          # window ends
+            hashes = _window_hashes(self.tokens, n)
+            # a window holding an end of conversation is none
+            crossing = np.searchsorted(ends, last - n + 1) < np.searchsorted(ends, last, side="right")
+            last, hashes = last[~crossing], hashes[~crossing]
+            order = np.argsort(hashes, kind="stable")
+            self._sorted[n] = (hashes[order], last[order].astype(np.int32))
+        self._guesses: dict[tuple[int, ...], list[int]] = {}
+
+    def after(self, ids: list[int], n: int) -> list[int]:
+        if len(ids) < n:
+            return []
+        key = tuple(ids[-n:])
+        known = self._guesses.get(key)
+        if known is not None:
+            return known
+        hashes, last = self._sorted[n]
+        h = _window_hashes(np.asarray(key, dtype=np.int64), n)[0]
+        lo, hi = np.searchsorted(hashes, h), np.searchsorted(hashes, h, side="right")
+        ends = last[lo:hi]
+        window = self.tokens[ends[:, None] + np.arange(1 - n, 1)]
+        ends = ends[(window == np.asarray(key)).all(axis=1)]
+        guess: list[int] = []
+        if len(ends):
+            index = np.minimum(ends[:, None] + np.arange(1, STUDIED_GUESS + 1), len(self.tokens) - 1)
+            guess = _agreed(self.tokens[index], len(ends))
+        if len(self._guesses) >= STUDIED_KEPT:
+            self._guesses = {}
+        self._guesses[key] = guess
+        return guess
+
+
+def _window_hashes(tokens: np.ndarray, n: int) -> np.ndarray:
+    """A hash of each n-token window of tokens, by the window's last position (len(tokens) - n + 1 of them)."""
+    count = max(0, len(tokens) - n + 1)
+    h = np.zeros(count, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        for j in range(n):
+            h = h * np.uint64(1_000_003) + tokens[j:j + count].astype(np.uint64)
+    return h
+
+
+def _agreed(afters: np.ndarray, occurrences: int) -> list[int]:
+    """The tokens that follow in a majority of the occurrences (rows of afters, -1 past a conversation's end), as
+    far as the majority agrees."""
+    guess: list[int] = []
+    held = afters
+    for d in range(afters.shape[1]):
+        column = held[:, d]
+        column = column[column >= 0]
+        if not len(column):
+            break
+        tokens, counts = np.unique(column, return_counts=True)
+        best = int(counts.argmax())
+        if 2 * counts[best] <= occurrences:
+            break
+        guess.append(int(tokens[best]))
+        held = held[held[:, d] == tokens[best]]
+    return guess
+
+
 class Drafter:
     """Prompt lookup, over the prompt and reply so far and then over the engine's earlier generations (`remember`):
     a front desk's replies repeat across calls ("You're all set, ...", a tool call's keys), and a guess is verified
-    like any other, so a guess from another call never changes what this one writes."""
+    like any other, so a guess from another call never changes what this one writes. Before any call has been
+    answered, the conversations it `study`s (the dialogues the model was adapted on, written for this business)
+    stand in for the earlier generations."""
 
     def __init__(self, lookup: int = 2, memory: int = 64, reach: int = 32):
         self.lookup = lookup    # the shortest suffix that makes a guess
         self.memory = memory    # earlier generations searched, the latest first
         self.reach = reach      # the longest suffix compared: of two matches, the longer says more alike
         self._remembered: list[list[int]] = []
+        self._studied: Studied | None = None
+
+    def study(self, sequences: list[list[int]]) -> None:
+        """Guess from these conversations (token ids) too, where neither this generation nor a remembered one has
+        a longer match (`Studied`). Replaces what was studied before; `forget` keeps it (it is not this run's)."""
+        self._studied = Studied(sequences)
 
     def remember(self, ids: list[int]) -> None:
         """Keep a finished generation (with the end of its prompt before it, where a reply's start is matched)
@@ -37,6 +127,7 @@ class Drafter:
         self._remembered = (self._remembered + [list(ids)])[-self.memory:]
 
     def forget(self) -> None:
+        """Drop the remembered generations (the studied conversations stay)."""
         self._remembered = []
 
     def propose(self, ids: list[int], k: int) -> list[int]:
@@ -56,6 +147,12 @@ class Drafter:
             n, i = _longest_match(earlier, len(earlier) - 2, ids, reach)
             if n > best:
                 best, at, source = n, i, earlier
+        for n in STUDIED_SUFFIXES if self._studied is not None else ():
+            if n <= best:
+                break
+            guess = self._studied.after(ids, n)
+            if guess:
+                return guess[:k]
         return source[at + 1:at + 1 + min(best, k)] if best >= self.lookup else []
 
 

@@ -216,6 +216,19 @@ class Engine:
         with self._caches.lent(ids) as prefix, self.batcher.joined() as run:
             prefill_prompt(run, prefix, ids, BlockOptions.prefill_chunk, cancel)
 
+    def study(self, conversations: list[list[dict]]) -> None:
+        """Have the drafter index these conversations (message lists, each opening with the system message, which
+        is left out) for its guesses: a reply's words as the model was adapted to write them, before any call of
+        this run has been answered. A guess is verified like any other: what is written stays the same."""
+        sequences = []
+        for messages in conversations:
+            text = chat.render(messages, self.chat_style, add_generation_prompt=False, bos_token=self.bos_token)
+            opening = chat.render(messages[:1], self.chat_style, add_generation_prompt=False, bos_token=self.bos_token)
+            ids = self.tokenizer.encode(text, add_special_tokens=False).ids
+            skip = len(self.tokenizer.encode(opening, add_special_tokens=False).ids)
+            sequences.append(ids[skip:])
+        self.drafter.study(sequences)
+
     def forget_earlier(self) -> None:
         """Drop what earlier generations left: the reused KV caches (the next block generation prefills its whole
         prompt) and the drafter's remembered replies (a benchmark's repeats would guess themselves whole)."""

@@ -2,7 +2,7 @@
 import json
 import sys
 
-from app.commands.common import add_model_flags, settings_from
+from app.commands.common import add_model_flags, settings_from, study
 
 
 def register(subparsers) -> None:
@@ -18,7 +18,9 @@ def open_agent(settings):
     """The engine, business tools and agent named by the settings."""
     from app.pipeline.services import Services  # deferred: the model stack (see app/commands/__init__.py)
 
-    return Services.load(settings, speech=False).new_agent()
+    services = Services.load(settings, speech=False)
+    study(services)
+    return services.new_agent()
 
 
 def turn_record(user: str, turn) -> dict:

@@ -32,6 +32,7 @@ def run(args) -> int:
     from app.agent.options import agent_options_for
     from app.agent.profile import load_profile
     from app.training.evaluate import evaluate
+    from app.training.recipe import study
 
     torch.set_num_threads(args.threads)
     settings = settings_from(args)
@@ -42,6 +43,8 @@ def run(args) -> int:
         overrides = {"block_length": args.block_length, "threshold": args.threshold, "cache": args.cache}
         options = dataclasses.replace(options, **{k: v for k, v in overrides.items() if v is not None},
                                       tool_grammar=not args.free_calls)
+        if options.draft_length and options.cache == "block":  # as `parley serve` starts (app.commands.common)
+            study(engine, profile)
     except ValueError as exc:
         print(f"parley eval: {exc}", file=sys.stderr)
         return 2

@@ -6,7 +6,7 @@ import socket
 import sys
 from pathlib import Path
 
-from app.commands.common import UsageError, add_model_flags, settings_from
+from app.commands.common import UsageError, add_model_flags, settings_from, study
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +50,7 @@ def run(args) -> int:
     except (ValueError, OSError) as exc:
         print(f"parley serve: {exc}", file=sys.stderr)
         return 2
+    study(services)
     scheme = "https" if settings.ssl_certfile else "http"
     log.info("Parley on %s://%s:%d (models warm up before the first request)", scheme, settings.host, settings.port)
     try:

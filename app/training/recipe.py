@@ -39,12 +39,27 @@ DECODING = {"max_new_tokens": 96, "block_length": 4, "threshold": 1.0, "cache": 
 # int8 (`--dtype int8`, or "int8" here) was 1.6x faster than fp32 a turn but got 56.1% of the development set's
 # turns right instead of 61.7%.
 CPU_WEIGHTS = "auto"
+# The dialogues the drafter studies at start (`study`): 20 development-set conversations (28 turns, 2 threads, each
+# with a fresh drafter as a fresh `parley chat` has) took 554 passes with none, 370 with 100, 338 with 300 and 310
+# with 1000 (2026-12-06; the same replies). 1000 are written in ~2 s and indexed in ~1 s.
+STUDIED_DIALOGUES = 1000
 
 
 def base_model(path=None) -> tuple[Transformer, object]:
     """SmolLM2 from its GGUF file as a Transformer in fp32, and the checkpoint (tokenizer, special ids)."""
     ckpt = read_gguf(path or smollm2_path())
     return build_model(ckpt), ckpt
+
+
+def study(engine, profile, dialogues: int = STUDIED_DIALOGUES) -> None:
+    """Have the engine's drafter guess from the dialogues the brain was adapted on, written for this business
+    (`parley adapt`'s own, seed 0): before a call has been answered, a reply's words are those it learned
+    ("You're all set for", a tool call's keys). Guesses are verified: the replies stay the same, in fewer passes."""
+    t0 = time.perf_counter()
+    written = generate(profile, "train", dialogues, seed=0, style=DIALOGUES)
+    system = {"role": "system", "content": compact_prompt(profile, SCHEMAS)}  # left out of what is studied
+    engine.study([[system] + d.messages for d in written])
+    log.info("studied %d dialogues for guesses in %.1f s", dialogues, time.perf_counter() - t0)
 
 
 def examples_for(profile, ckpt, n: int, seed: int, style: Style = DIALOGUES):

@@ -30,3 +30,44 @@ def test_earlier_generations_are_searched_after_the_prompt():
     for n in range(100):                                     # the memory keeps the latest generations only
         drafter.remember([200 + n, 201 + n])
     assert drafter.propose([1, 2, 3] + header, 8) == [] and len(drafter._remembered) == drafter.memory
+
+
+def test_studied_conversations_guess_what_most_of_them_go_on_with():
+    """Before any reply of this run, the conversations the drafter studied (the dialogues the brain was adapted on)
+    guess: after a suffix of 4, 8, 16 or 32 tokens, what follows it in a majority of its occurrences, as far as
+    that majority agrees."""
+    header = [90, 91, 92, 93]
+    drafter = Drafter()
+    assert drafter.propose([1, 2] + header, 8) == []
+    drafter.study([[5] + header + [10, 11, 12, 13],
+                   [6] + header + [10, 11, 12, 20, 21],
+                   [7] + header + [10, 11, 30],
+                   [8, 9, 1]])
+    assert drafter.propose([1, 2] + header, 8) == [10, 11, 12]   # 3 of 3 agree on 10 11; 2 of 3 on 12
+    assert drafter.propose([1, 2] + header, 2) == [10, 11]        # at most k
+    assert drafter.propose(header + [10, 11, 12], 8) == []       # 13 or 20: no majority
+    assert drafter.propose([3] + header[1:], 8) == []            # three tokens of a studied suffix: too short
+    # a guess never runs into the next conversation
+    assert drafter.propose([7] + header[1:] + [10, 11, 30], 8) == []
+    # a match in the prompt or a remembered generation as long or longer wins
+    assert drafter.propose(header + [40, 41] + header, 8) == [40, 41, 90, 91]
+    drafter.remember([0, 1, 2] + header + [50, 51, 52, 53, 54, 55, 56])
+    assert drafter.propose([1, 2] + header, 8) == [50, 51, 52, 53, 54, 55]
+    drafter.forget()                                          # this run's generations go, the studied stay
+    assert drafter.propose([1, 2] + header, 8) == [10, 11, 12]
+
+
+def test_a_studied_suffix_is_compared_token_by_token(monkeypatch):
+    """Windows are found by a hash of their tokens; a window that only shares the hash is no match."""
+    import numpy as np
+
+    import llm.drafter
+
+    # every window hashes alike: only the comparison of their tokens tells them apart
+    monkeypatch.setattr(llm.drafter, "_window_hashes", lambda tokens, n: np.zeros(max(0, len(tokens) - n + 1),
+                                                                                 dtype=np.uint64))
+    drafter = Drafter()
+    drafter.study([[1, 2, 3, 4, 9], [5, 6, 7, 8, 10]])
+    assert drafter.propose([0, 1, 2, 3, 4], 4) == [9]
+    assert drafter.propose([0, 5, 6, 7, 8], 4) == [10]
+    assert drafter.propose([0, 1, 2, 7, 8], 4) == []
