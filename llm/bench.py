@@ -85,14 +85,21 @@ def _run(engine: Engine, prompt_ids: list[int], decode: DecodeOptions | None, op
     return dict(passes=gen.passes, tokens=gen.tokens, seconds=gen.seconds, first_block_s=gen.first_block_s)
 
 
-def run_bench(engine: Engine, messages: list[dict], opts: BenchOptions) -> list[dict]:
-    """One row per method: median passes, tokens, tokens/pass, tokens/s, first-block and total ms, ratios."""
+def run_bench(engine: Engine, messages: list[dict], opts: BenchOptions, study=None) -> list[dict]:
+    """One row per method: median passes, tokens, tokens/pass, tokens/s, first-block and total ms, ratios.
+    study: a function that has the engine's drafter study a business's dialogues (as `parley serve` does at
+    start; app.training.recipe.study): a block engine's last row (the brain's decoding) again after it."""
     if opts.repeats < 1:
         raise ValueError(f"repeats={opts.repeats} must be >= 1")
     prompt_ids = engine.prompt_ids(messages)
     rows = []
     rows_of = block_methods(opts) if engine.left_to_right else methods(opts)
+    if study is not None and engine.left_to_right:
+        name, decode = rows_of[-1]
+        rows_of.append((f"{name}, studied", decode))
     for name, decode in rows_of:
+        if study is not None and name.endswith(", studied"):
+            study()
         _run(engine, prompt_ids, decode, opts)  # warm-up
         runs = [_run(engine, prompt_ids, decode, opts) for _ in range(opts.repeats)]
         med = {key: statistics.median(r[key] for r in runs) for key in runs[0]}

@@ -41,6 +41,9 @@ def register(subparsers) -> None:
     bench.add_argument("--repeats", type=int, default=5, help="timed runs per method (median reported)")
     bench.add_argument("--ignore-eos", action="store_true", help="always fill --max-new-tokens")
     bench.add_argument("--json", action="store_true", help="print the rows as JSON")
+    bench.add_argument("--profile", metavar="YAML", help="a business (a YAML, or 'default'): its compact system "
+                                                         "prompt unless --system, and a last row with the guesses "
+                                                         "of the dialogues written for it, as `parley serve` has")
     bench.add_argument("--callers", metavar="N,N", help="a block engine: also N replies at once against one after "
                                                         "another, sharing passes (e.g. 1,2,4)")
     bench.set_defaults(func=run_bench)
@@ -104,16 +107,30 @@ def run_generate(args) -> int:
 def run_bench(args) -> int:
     import torch
 
+    from app.agent.profile import load_profile
+    from app.agent.prompt import system_prompt
+    from app.training.recipe import study as study_dialogues
     from llm.bench import BenchOptions, format_table
     from llm.bench import run_bench as bench
 
+    profile = None
+    if args.profile:  # before the model loads: a wrong path is one line, at once
+        try:
+            profile = load_profile(None if args.profile == "default" else args.profile)
+        except ValueError as exc:
+            print(f"parley llm: {exc}", file=sys.stderr)
+            return 2
     engine = _load(args)
     if engine is None:
         return 2
     opts = BenchOptions(**_decoding(args, engine), steps=args.steps, repeats=args.repeats,
                         stop_at_eos=not args.ignore_eos)
+    study = None
+    if profile is not None:
+        args.system = args.system or system_prompt(profile, None, engine.chat_style)
+        study = lambda: study_dialogues(engine, profile)  # noqa: E731
     try:
-        rows = bench(engine, _messages(args), opts)
+        rows = bench(engine, _messages(args), opts, study)
     except ValueError as exc:
         print(f"parley llm: {exc}", file=sys.stderr)
         return 2

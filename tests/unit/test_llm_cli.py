@@ -61,3 +61,33 @@ def test_callers_at_once_write_what_they_write_one_after_another(tmp_path):
     assert format_callers(rows).splitlines()[2].split()[0] == "1"
     with pytest.raises(ValueError, match="must be >= 1"):
         run_callers(engine, [{"role": "user", "content": "Hi"}], decode, [0], repeats=1)
+
+
+def test_bench_with_a_profile_runs_the_brains_row_again_after_studying_its_dialogues(tmp_path):
+    """`parley llm bench --profile`: the last row (the brain's decoding) once more after the drafter studied the
+    business's dialogues, as `parley serve` has it; the same tokens, whatever the guesses."""
+    import llm
+    from llm.bench import BenchOptions, run_bench
+    from llm.engine import Engine
+
+    loaded = llm.load(write_parley(tmp_path, shift_logits=True), device="cpu")
+    engine = Engine(loaded.model, loaded.tokenizer, loaded.chat_style, loaded.special, left_to_right=True)
+    messages = [{"role": "user", "content": "Hello there"}]
+    studied = []
+
+    def study():
+        studied.append(True)
+        engine.study([[{"role": "system", "content": "S"}, {"role": "user", "content": "Hello there"},
+                       {"role": "assistant", "content": "Hi, how can I help?"}]])
+
+    rows = run_bench(engine, messages, BenchOptions(max_new_tokens=8, repeats=1, stop_at_eos=False), study)
+    assert studied == [True]
+    assert rows[-1]["method"] == rows[-2]["method"] + ", studied" and rows[-1]["tokens"] == rows[-2]["tokens"]
+    assert len(run_bench(engine, messages, BenchOptions(max_new_tokens=8, repeats=1, stop_at_eos=False))) == \
+        len(rows) - 1
+
+
+def test_a_wrong_profile_is_one_line_before_the_model_loads(tmp_path, capsys):
+    assert main(["llm", "bench", "--model", str(tmp_path / "no-model"), "--profile", str(tmp_path / "no.yaml")]) == 2
+    err = capsys.readouterr().err
+    assert "no.yaml" in err and "cannot read the profile" in err and "no-model" not in err
