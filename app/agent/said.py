@@ -90,6 +90,7 @@ class Said:
         self.roots = [roots_of(words) for words in self.words]
         self.vocabulary = set().union(*self.words) if self.words else set()
         self._times: set[str] | None = None
+        self._named: dict[str, list[str]] | None = None
 
     @property
     def times(self) -> set[str]:
@@ -117,6 +118,12 @@ class Said:
             if self.profile is not None else set()
         if not wanted:
             return {}
+        if self._named is None:
+            self._named = self._every_service_named()
+        return {name: forms for name, forms in self._named.items() if name in wanted}
+
+    def _every_service_named(self) -> dict[str, list[str]]:
+        """`services_named` of every service of the profile, worked out once (a call's grammar asks of each)."""
         spans = [(i, start, end, service.name, text_form)
                  for service in self.profile.services
                  for text_form in (service.name, *service.aliases) for form in [words_of(text_form)] if form
@@ -131,7 +138,7 @@ class Said:
         for i, a, b, name, form in spans:
             inside = any(j == i and other != name and c <= a and b <= d and d - c > b - a
                          for j, c, d, other, _ in spans)
-            if name in wanted and not inside and form not in named.setdefault(name, []):
+            if not inside and form not in named.setdefault(name, []):
                 named[name].append(form)
         return named
 
