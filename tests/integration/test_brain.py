@@ -387,24 +387,3 @@ def test_a_forty_turn_call_answers_the_same_question_the_same_way(brain):
     assert calls(turn) == calls(first) == [("business_info", {"topic": "address"})]
     assert turn.reply == first.reply and "214" in turn.reply
 
-
-def test_guesses_from_the_studied_dialogues_save_passes_not_words(brain):
-    """At start the drafter studies the dialogues the brain was adapted on, written for the business
-    (app.training.recipe.study): a first call's reply and tool call are guessed from them, verified, and come out
-    word for word as without them, in fewer passes. The bike shop's, a profile the adapter never saw."""
-    from app.training.recipe import study
-    from llm.drafter import Drafter
-
-    words = "Hi, I'd like to book a tune-up tomorrow at 3 pm. My name is Dana Okafor."
-    kept = brain.drafter
-    try:
-        brain.drafter = Drafter()
-        plain = agent_for(brain, BIKE_SHOP).respond(words)
-        brain.drafter = Drafter()
-        study(brain, load_profile(BIKE_SHOP), dialogues=300)
-        guessed = agent_for(brain, BIKE_SHOP).respond(words)
-    finally:
-        brain.drafter = kept
-    assert calls(guessed) == calls(plain) and guessed.reply == plain.reply
-    assert calls(plain)[0][0] == "book_appointment" and "Dana" in plain.reply
-    assert guessed.passes <= 0.8 * plain.passes, (guessed.passes, plain.passes)
