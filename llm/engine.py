@@ -220,13 +220,13 @@ class Engine:
         """Have the drafter index these conversations (message lists, each opening with the system message, which
         is left out) for its guesses: a reply's words as the model was adapted to write them, before any call of
         this run has been answered. A guess is verified like any other: what is written stays the same."""
-        sequences = []
+        sequences, skips = [], {}   # the opening's length, by its text: one system message for all, as a rule
         for messages in conversations:
             text = chat.render(messages, self.chat_style, add_generation_prompt=False, bos_token=self.bos_token)
             opening = chat.render(messages[:1], self.chat_style, add_generation_prompt=False, bos_token=self.bos_token)
-            ids = self.tokenizer.encode(text, add_special_tokens=False).ids
-            skip = len(self.tokenizer.encode(opening, add_special_tokens=False).ids)
-            sequences.append(ids[skip:])
+            if opening not in skips:
+                skips[opening] = len(self.tokenizer.encode(opening, add_special_tokens=False).ids)
+            sequences.append(self.tokenizer.encode(text, add_special_tokens=False).ids[skips[opening]:])
         self.drafter.study(sequences)
 
     def forget_earlier(self) -> None:
