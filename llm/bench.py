@@ -85,6 +85,17 @@ def _run(engine: Engine, prompt_ids: list[int], decode: DecodeOptions | None, op
     return dict(passes=gen.passes, tokens=gen.tokens, seconds=gen.seconds, first_block_s=gen.first_block_s)
 
 
+def _row(engine: Engine, prompt_ids: list[int], name: str, decode, opts: BenchOptions) -> dict:
+    """One method's row: median passes, tokens, tokens/pass, tokens/s, first-block and total ms (one warm-up)."""
+    _run(engine, prompt_ids, decode, opts)  # warm-up
+    runs = [_run(engine, prompt_ids, decode, opts) for _ in range(opts.repeats)]
+    med = {key: statistics.median(r[key] for r in runs) for key in runs[0]}
+    return dict(method=name, passes=med["passes"], tokens=med["tokens"],
+                tokens_per_pass=statistics.median(r["tokens"] / max(r["passes"], 1) for r in runs),
+                tokens_per_s=statistics.median(r["tokens"] / r["seconds"] for r in runs),
+                first_block_ms=1000 * med["first_block_s"], total_ms=1000 * med["seconds"])
+
+
 def run_bench(engine: Engine, messages: list[dict], opts: BenchOptions, study=None) -> list[dict]:
     """One row per method: median passes, tokens, tokens/pass, tokens/s, first-block and total ms, ratios.
     study: a function that has the engine's drafter study a business's dialogues (as `parley serve` does at
@@ -92,21 +103,12 @@ def run_bench(engine: Engine, messages: list[dict], opts: BenchOptions, study=No
     if opts.repeats < 1:
         raise ValueError(f"repeats={opts.repeats} must be >= 1")
     prompt_ids = engine.prompt_ids(messages)
-    rows = []
     rows_of = block_methods(opts) if engine.left_to_right else methods(opts)
+    rows = [_row(engine, prompt_ids, name, decode, opts) for name, decode in rows_of]
     if study is not None and engine.left_to_right:
+        study()
         name, decode = rows_of[-1]
-        rows_of.append((f"{name}, studied", decode))
-    for name, decode in rows_of:
-        if study is not None and name.endswith(", studied"):
-            study()
-        _run(engine, prompt_ids, decode, opts)  # warm-up
-        runs = [_run(engine, prompt_ids, decode, opts) for _ in range(opts.repeats)]
-        med = {key: statistics.median(r[key] for r in runs) for key in runs[0]}
-        rows.append(dict(method=name, passes=med["passes"], tokens=med["tokens"],
-                         tokens_per_pass=statistics.median(r["tokens"] / max(r["passes"], 1) for r in runs),
-                         tokens_per_s=statistics.median(r["tokens"] / r["seconds"] for r in runs),
-                         first_block_ms=1000 * med["first_block_s"], total_ms=1000 * med["seconds"]))
+        rows.append(_row(engine, prompt_ids, f"{name}, studied", decode, opts))
     base = rows[0]
     for row in rows:
         row["speed_vs_ar"] = row["tokens_per_s"] / base["tokens_per_s"] if base["tokens_per_s"] else float("nan")
