@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 
 import kernels
+from llm import openmp
 from llm.model import KVCache, Transformer
 
 
@@ -92,7 +93,8 @@ class PassBatcher:
 
     A generation `joined()` for its duration; each pass it asks for waits until every generation joined has
     asked for its own, or at most `linger_s` after it asked (a generation busy between passes, building its
-    grammar, delays the others no longer). The thread whose arrival completes a batch runs it.
+    grammar, delays the others no longer). The thread whose arrival completes a batch runs it, on `threads()`
+    intra-op threads when that is set (llm.openmp.threads; the process that serves calls chooses it per forward).
     """
 
     def __init__(self, model: Transformer, mask_id: int, linger_s: float = 0.005):
@@ -104,6 +106,7 @@ class PassBatcher:
         self._idle_since = 0.0   # when the last one ended
         self.batches = 0         # forwards run, and the passes they held (what batching saved: passes - batches)
         self.passes = 0
+        self.threads = None      # -> the threads the next forward runs on; None: the running thread's own
 
     @contextmanager
     def joined(self):
@@ -136,7 +139,8 @@ class PassBatcher:
             else:
                 return asked.outcome()
         try:
-            results = forward(self.model, [(a.p, a.rows) for a in batch], self.mask_id)
+            with openmp.threads(self.threads() if self.threads is not None else 0):
+                results = forward(self.model, [(a.p, a.rows) for a in batch], self.mask_id)
         except BaseException as exc:
             results = [exc] * len(batch)
         with self._ready:

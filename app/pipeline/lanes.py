@@ -80,6 +80,11 @@ class LanePool:
         with self._ready:
             return max((wait for started, wait in self._waits if now - started <= window_s), default=0.0)
 
+    def busy(self) -> bool:
+        """Whether a job is running or waiting."""
+        with self._ready:
+            return bool(self._running or self._queue)
+
     def waiting(self) -> tuple[int, int]:
         """(urgent, speculative) jobs not yet started."""
         with self._ready:

@@ -3,7 +3,6 @@ import ctypes
 import logging
 import os
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import torch
@@ -17,6 +16,7 @@ from app.agent.store import open_store
 from app.agent.tools import Toolbox
 from app.pipeline.lanes import LanePool
 from app.settings import Settings
+from llm import openmp
 from llm.quant import weight_format
 from speech.asr import AsrOptions, Transcriber
 from speech.tts import Synthesizer
@@ -49,7 +49,12 @@ class Services:
         self.llm_lanes = LanePool("llm", width=self.llm_batch)
         self.asr_pool, self.llm_pool, self.tts_pool = (lanes.urgent for lanes in (self.asr_lanes, self.llm_lanes,
                                                                                   self.tts_lanes))
-        self.partial_pool = ThreadPoolExecutor(1, thread_name_prefix="asr-partial")
+        self.partial_lanes = LanePool("asr-partial")
+        self.partial_pool = self.partial_lanes.urgent
+
+    def speech_busy(self) -> bool:
+        """Whether Whisper or Piper is working or has work waiting."""
+        return self.asr_lanes.busy() or self.partial_lanes.busy() or self.tts_lanes.busy()
 
     @classmethod
     def load(cls, settings: Settings, speech: bool = True) -> "Services":
@@ -58,8 +63,8 @@ class Services:
         t0 = time.perf_counter()
         profile = load_profile(settings.profile)
         # the recognizer expects the business's own words: "blow dry", not "blow drive"
-        asr = (Transcriber(AsrOptions(model_dir=settings.asr_model, prompt=recognizer_prompt(profile))) if speech
-               else None)
+        asr = (Transcriber(AsrOptions(model_dir=settings.asr_model, prompt=recognizer_prompt(profile),
+                                      cpu_threads=asr_threads())) if speech else None)
         tts = Synthesizer(settings.voice) if speech else None
         engine = llm.load(settings.llm_model, device=settings.llm_device)
         if speech:   # a core left to ASR and TTS; a text conversation keeps torch's choice (or --threads)
@@ -67,6 +72,8 @@ class Services:
         toolbox = Toolbox(profile, open_store(settings.db_path))
         services = cls(asr, tts, engine, toolbox, system_prompt(profile, toolbox, engine.chat_style),
                        agent_options=agent_options_for(settings.llm_model), llm_batch=settings.llm_batch)
+        if speech:
+            _lend_idle_cores(services, asr.options.cpu_threads)
         log.info("models loaded in %.1f s (llm %s, %s, %s %s)", time.perf_counter() - t0, settings.llm_model,
                  engine.chat_style, engine.device, weight_format(engine.model))   # bf16 or fp16 weights: llm.quant
         return services
@@ -86,11 +93,12 @@ class Services:
         # built once). The first call's first turn was ~1 s slower than the next without it.
         self.new_agent().draft("Hello, what are your hours?")
         _return_freed_memory()
+        openmp.release()   # the loading thread's OpenMP workers: the brain's passes run on other threads (llm.openmp)
         self.ready = True
         log.info("models warm in %.1f s", time.perf_counter() - t0)
 
     def shutdown(self) -> None:
-        for pool in (self.asr_lanes, self.partial_pool, self.llm_lanes, self.tts_lanes):
+        for pool in (self.asr_lanes, self.partial_lanes, self.llm_lanes, self.tts_lanes):
             pool.shutdown(wait=False, cancel_futures=True)
 
 
@@ -123,3 +131,33 @@ def _size_cpu_threads(engine) -> None:
         torch.set_num_threads(1)
     else:
         torch.set_num_threads(max(1, (os.cpu_count() or 2) - 1))
+
+
+def asr_threads() -> int:
+    """Whisper's CTranslate2 threads in a process that serves calls: one on 2 cores, CTranslate2's default (up to
+    4) on more.
+
+    NOTE: on 2 cores of a Xeon, Whisper tiny.en took 99-107 ms an utterance on one thread against 120-128 ms on two
+    (three Piper-spoken questions, 2026-12-06), and a second OpenMP pool that stays would cost the brain's
+    passes the other core (_lend_idle_cores)."""
+    cores = os.cpu_count() or 1
+    return 1 if cores <= 2 else AsrOptions().cpu_threads
+
+
+def _lend_idle_cores(services: Services, asr_threads: int) -> None:
+    """While Whisper and Piper have nothing to do (a caller's silence: the draft's reply, the end-of-turn
+    judgement), the brain's passes run on every core the process's OpenMP budget leaves them, not only on the
+    threads _size_cpu_threads gave it; each pass checks again, so speech that starts waits one pass at most.
+
+    The budget: libgomp wakes its workers for every region once it manages more threads than there are CPUs
+    (llm.openmp), and Whisper's pool keeps asr_threads - 1 workers. So on 2 cores, with Whisper on one thread, a
+    pass gets both cores. NOTE: `python -m app.bench --repeats 1` on 2 Xeon cores (2026-12-06): llm_ms a turn
+    435-457 against 580-600 on one thread, e2e 947 against 1060 ms with the default policy.
+    """
+    engine = services.engine
+    if engine.device.type != "cpu" or engine.model.args.n_params < SMALL_MODEL_PARAMS or not openmp.available():
+        return
+    own, idle = torch.get_num_threads(), (os.cpu_count() or 1) - (asr_threads - 1)
+    if idle <= own:
+        return
+    engine.batcher.threads = lambda: own if services.speech_busy() else idle
