@@ -93,8 +93,8 @@ class PassBatcher:
 
     A generation `joined()` for its duration; each pass it asks for waits until every generation joined has
     asked for its own, or at most `linger_s` after it asked (a generation busy between passes, building its
-    grammar, delays the others no longer). The thread whose arrival completes a batch runs it, on `threads()`
-    intra-op threads when that is set (llm.openmp.threads; the process that serves calls chooses it per forward).
+    grammar, delays the others no longer). The thread whose arrival completes a batch runs it, on
+    `threads(generations joined)` intra-op threads when that is set (llm.openmp.threads; the process that serves calls chooses it per forward).
     """
 
     def __init__(self, model: Transformer, mask_id: int, linger_s: float = 0.005):
@@ -106,7 +106,8 @@ class PassBatcher:
         self._idle_since = 0.0   # when the last one ended
         self.batches = 0         # forwards run, and the passes they held (what batching saved: passes - batches)
         self.passes = 0
-        self.threads = None      # -> the threads the next forward runs on; None: the running thread's own
+        # (generations running now) -> the threads the next forward runs on; None: the running thread's own
+        self.threads = None
 
     @contextmanager
     def joined(self):
@@ -132,6 +133,7 @@ class PassBatcher:
                     late = self.linger_s - (time.monotonic() - max(self._waiting[0].since, self._idle_since))
                     if len(self._waiting) >= self._joined or late <= 0:
                         batch, self._waiting, self._busy = self._waiting, [], True
+                        running = self._joined
                         break
                     self._ready.wait(late)
                 else:
@@ -139,7 +141,7 @@ class PassBatcher:
             else:
                 return asked.outcome()
         try:
-            with openmp.threads(self.threads() if self.threads is not None else 0):
+            with openmp.threads(self.threads(running) if self.threads is not None else 0):
                 results = forward(self.model, [(a.p, a.rows) for a in batch], self.mask_id)
         except BaseException as exc:
             results = [exc] * len(batch)

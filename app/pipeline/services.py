@@ -145,9 +145,13 @@ def asr_threads() -> int:
 
 
 def _lend_idle_cores(services: Services, asr_threads: int) -> None:
-    """While Whisper and Piper have nothing to do (a caller's silence: the draft's reply, the end-of-turn
-    judgement), the brain's passes run on every core the process's OpenMP budget leaves them, not only on the
-    threads _size_cpu_threads gave it; each pass checks again, so speech that starts waits one pass at most.
+    """While Whisper and Piper have nothing to do and one generation runs (a caller's silence: the draft's
+    reply, the end-of-turn judgement), the brain's passes run on every core the process's OpenMP budget leaves
+    them, not only on the threads _size_cpu_threads gave it; each pass checks again, so speech that starts waits one
+    pass at most. With other callers' generations running, their speech work comes and goes between passes, and a
+    pass on both cores that Piper's threads start beside is slower for both: four phone callers at once (app.loadtest)
+    waited a p95 of 4.2 and 5.2 s in two runs against 4.3 and 2.8 s for one thread, until passes on both cores were
+    kept to one generation (4.2 and 3.5 s; one caller's median 1.16-1.18 s against 1.34-1.40 s, 2026-12-06).
 
     The budget: libgomp wakes its workers for every region once it manages more threads than there are CPUs
     (llm.openmp), and Whisper's pool keeps asr_threads - 1 workers. So on 2 cores, with Whisper on one thread, a
@@ -160,4 +164,4 @@ def _lend_idle_cores(services: Services, asr_threads: int) -> None:
     own, idle = torch.get_num_threads(), (os.cpu_count() or 1) - (asr_threads - 1)
     if idle <= own:
         return
-    engine.batcher.threads = lambda: own if services.speech_busy() else idle
+    engine.batcher.threads = lambda generations: idle if generations <= 1 and not services.speech_busy() else own
