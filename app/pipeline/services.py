@@ -74,6 +74,9 @@ class Services:
                        agent_options=agent_options_for(settings.llm_model), llm_batch=settings.llm_batch)
         if speech:
             _lend_idle_cores(services, asr.options.cpu_threads)
+            # the OpenMP workers loading started on this thread: the passes run on the LLM's threads (llm.openmp);
+            # `parley serve` warms up on another thread, so here and not in warm_up
+            openmp.release()
         log.info("models loaded in %.1f s (llm %s, %s, %s %s)", time.perf_counter() - t0, settings.llm_model,
                  engine.chat_style, engine.device, weight_format(engine.model))   # bf16 or fp16 weights: llm.quant
         return services
@@ -93,7 +96,6 @@ class Services:
         # built once). The first call's first turn was ~1 s slower than the next without it.
         self.new_agent().draft("Hello, what are your hours?")
         _return_freed_memory()
-        openmp.release()   # the loading thread's OpenMP workers: the brain's passes run on other threads (llm.openmp)
         self.ready = True
         log.info("models warm in %.1f s", time.perf_counter() - t0)
 
