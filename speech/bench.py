@@ -163,15 +163,18 @@ def bench_endpoint(llm_model: str = "llm/weights/parley-smollm2") -> None:
     import torch
 
     import llm
+    from app.pipeline.services import asr_threads, idle_speech_threads   # deferred: nor app; serve's threads
 
-    torch.set_num_threads(1)
-    synth, asr = Synthesizer(varied=False), Transcriber()
+    synth, asr = Synthesizer(varied=False), Transcriber(AsrOptions(cpu_threads=asr_threads()))
     try:
         smart = SmartTurn()
     except FileNotFoundError as exc:   # an optional row: its model comes from a package Parley does not need
         print(f"(Smart Turn left out: {exc})")
         smart = None
     engine = llm.load(llm_model, device="cpu")
+    torch.set_num_threads(idle_speech_threads(engine, asr.options.cpu_threads))
+    print(f"(threads as `parley serve` has them in a silence: Whisper {asr.options.cpu_threads}, "
+          f"the language model {torch.get_num_threads()})")
     context = [{"role": "system", "content": ENDPOINT_SYSTEM}]
     engine.end_of_turn_probability(context, "Hello")   # the system turn into the reused cache, once
     cases = endpoint_set.build(synth)

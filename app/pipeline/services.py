@@ -127,12 +127,21 @@ def _size_cpu_threads(engine) -> None:
     measured 39 ms on one thread, 725 ms on two while another process used a core). So the LLM leaves a core
     to speech: one thread on 2 cores, all but one on more.
     """
-    if engine.device.type != "cpu":
-        return
-    if engine.model.args.n_params < SMALL_MODEL_PARAMS:
-        torch.set_num_threads(1)
-    else:
-        torch.set_num_threads(max(1, (os.cpu_count() or 2) - 1))
+    if engine.device.type == "cpu":
+        torch.set_num_threads(_own_threads(engine))
+
+
+def _own_threads(engine) -> int:
+    return 1 if engine.model.args.n_params < SMALL_MODEL_PARAMS else max(1, (os.cpu_count() or 2) - 1)
+
+
+def idle_speech_threads(engine, asr_threads: int) -> int:
+    """The LLM's torch threads for a pass while Whisper and Piper have nothing to do and one generation runs
+    (_lend_idle_cores): every core libgomp's budget leaves, where that is more than its own."""
+    own = _own_threads(engine)
+    if engine.model.args.n_params < SMALL_MODEL_PARAMS or not openmp.available():
+        return own
+    return max(own, (os.cpu_count() or 1) - (asr_threads - 1))
 
 
 def asr_threads() -> int:
@@ -161,9 +170,9 @@ def _lend_idle_cores(services: Services, asr_threads: int) -> None:
     435-457 against 580-600 on one thread, e2e 947 against 1060 ms with the default policy.
     """
     engine = services.engine
-    if engine.device.type != "cpu" or engine.model.args.n_params < SMALL_MODEL_PARAMS or not openmp.available():
+    if engine.device.type != "cpu":
         return
-    own, idle = torch.get_num_threads(), (os.cpu_count() or 1) - (asr_threads - 1)
+    own, idle = _own_threads(engine), idle_speech_threads(engine, asr_threads)
     if idle <= own:
         return
     engine.batcher.threads = lambda generations: idle if generations <= 1 and not services.speech_busy() else own
