@@ -94,7 +94,8 @@ class PassBatcher:
     A generation `joined()` for its duration; each pass it asks for waits until every generation joined has
     asked for its own, or at most `linger_s` after it asked (a generation busy between passes, building its
     grammar, delays the others no longer). The thread whose arrival completes a batch runs it, on
-    `threads(generations joined)` intra-op threads when that is set (llm.openmp.threads; the process that serves calls chooses it per forward).
+    `threads(generations joined)` intra-op threads when that is set (llm.openmp.threads: the process that serves
+    calls chooses them per forward, app.pipeline.services).
     """
 
     def __init__(self, model: Transformer, mask_id: int, linger_s: float = 0.005):

@@ -166,8 +166,8 @@ def _lend_idle_cores(services: Services, asr_threads: int) -> None:
 
     The budget: libgomp wakes its workers for every region once it manages more threads than there are CPUs
     (llm.openmp), and Whisper's pool keeps asr_threads - 1 workers. So on 2 cores, with Whisper on one thread, a
-    pass gets both cores. NOTE: `python -m app.bench --repeats 1` on 2 Xeon cores (2026-12-06): llm_ms a turn
-    435-457 against 580-600 on one thread, e2e 947 against 1060 ms with the default policy.
+    pass gets both cores. NOTE: `python -m app.bench --repeats 2` on 2 Xeon cores (2026-12-06), then the code before:
+    llm_ms a turn 412-421 against 544-570 on one thread, e2e 843 against 978 ms with the default policy.
     """
     engine = services.engine
     if engine.device.type != "cpu":
