@@ -17,7 +17,7 @@ import tempfile
 import numpy as np
 
 from app.commands.common import study
-from app.pipeline.services import Services
+from app.pipeline.services import Services, served_threads
 from app.pipeline.session import SessionOptions
 from app.settings import from_env
 from app.transports.file import converse
@@ -79,6 +79,7 @@ def main(argv=None) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         settings = from_env().replace(llm_model=args.llm_model, db_path=f"{tmp}/bench.sqlite3")
         services = Services.load(settings)
+        threads = served_threads(services)
         study(services)
         services.warm_up()
         tts = services.tts
@@ -87,7 +88,7 @@ def main(argv=None) -> None:
         services.shutdown()
     n = len(columns[POLICIES[0][0]]["e2e_latency_ms"])
     print(f"# {len(QUESTIONS)} spoken questions x {args.repeats}, real-time input, {n} turns per column; "
-          f"LLM {settings.llm_model}")
+          f"LLM {settings.llm_model}; {threads}")
     print("# " + "; ".join(f"{i + 1}: {name}" for i, (name, _) in enumerate(POLICIES)))
     print(table(columns))
 

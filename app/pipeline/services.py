@@ -144,6 +144,14 @@ def idle_speech_threads(engine, asr_threads: int) -> int:
     return max(own, (os.cpu_count() or 1) - (asr_threads - 1))
 
 
+def served_threads(services: Services) -> str:
+    """The threads each model got, in words (what a benchmark's figures were measured with)."""
+    engine, lent = services.engine, services.engine.batcher.threads
+    llm_threads = "its device" if engine.device.type != "cpu" else (
+        f"{torch.get_num_threads()}" + (f", {lent(1)} while speech is idle" if lent is not None else ""))
+    return f"threads: Whisper {services.asr.options.cpu_threads}, LLM {llm_threads}"
+
+
 def asr_threads() -> int:
     """Whisper's CTranslate2 threads in a process that serves calls: one on 2 cores, CTranslate2's default (up to
     4) on more.

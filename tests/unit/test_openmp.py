@@ -9,7 +9,7 @@ import torch
 
 import llm.passes
 from app.pipeline import services as services_module
-from app.pipeline.services import Services, _lend_idle_cores
+from app.pipeline.services import Services, _lend_idle_cores, served_threads
 from llm import openmp
 from llm.passes import Pass, PassBatcher
 from tests.checkpoints import TINY_MASK, random_ids, tiny_block_model
@@ -76,7 +76,8 @@ def fake_services(monkeypatch, cores: int, n_params: int = 135_000_000) -> Servi
     monkeypatch.setattr(services_module.os, "cpu_count", lambda: cores)
     engine = SimpleNamespace(device=torch.device("cpu"), model=SimpleNamespace(args=SimpleNamespace(n_params=n_params)),
                              batcher=SimpleNamespace(threads=None))
-    return Services(asr=None, tts=None, engine=engine, toolbox=None, system_prompt=None)
+    asr = SimpleNamespace(options=SimpleNamespace(cpu_threads=services_module.asr_threads()))
+    return Services(asr=asr, tts=None, engine=engine, toolbox=None, system_prompt=None)
 
 
 @needs_runtime
@@ -86,6 +87,7 @@ def test_the_brain_gets_every_core_while_speech_has_nothing_to_do(monkeypatch):
     torch.set_num_threads(1)
     try:
         _lend_idle_cores(services, asr_threads=services_module.asr_threads())
+        assert served_threads(services) == "threads: Whisper 1, LLM 1, 2 while speech is idle"   # app.bench's header
     finally:
         torch.set_num_threads(own)
     threads = services.engine.batcher.threads
