@@ -15,11 +15,13 @@ def register(subparsers) -> None:
 
 
 def open_agent(settings):
-    """The engine, business tools and agent named by the settings."""
+    """The engine, business tools and agent named by the settings, warmed up as `parley serve` warms up: the
+    system prompt's KV cache is computed before the first line, once, as a server computes it once for every call."""
     from app.pipeline.services import Services  # deferred: the model stack (see app/commands/__init__.py)
 
     services = Services.load(settings, speech=False)
     study(services)
+    services.warm_up()
     return services.new_agent()
 
 
@@ -52,9 +54,11 @@ def run(args) -> int:
         turn = agent.respond(user)
         if args.json:
             print(json.dumps(turn_record(user, turn), ensure_ascii=False), flush=True)
-            continue
-        for call in turn.tool_calls:
-            print(f"  [{call.name} {json.dumps(call.arguments)} -> {json.dumps(call.result)}]", flush=True)
-        print(f"agent> {turn.reply}", flush=True)
-        if any(c.name == "end_call" for c in turn.tool_calls):
-            return 0
+        else:
+            for call in turn.tool_calls:
+                print(f"  [{call.name} {json.dumps(call.arguments)} -> {json.dumps(call.result)}]", flush=True)
+            print(f"agent> {turn.reply}", flush=True)
+            if any(c.name == "end_call" for c in turn.tool_calls):
+                return 0
+        # what a call does while the caller hears the reply: a long conversation's window moves here, not in a turn
+        agent.prepare_next()

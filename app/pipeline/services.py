@@ -86,11 +86,12 @@ class Services:
         return Agent(self.engine, self.toolbox, self.system_prompt, self.agent_options)
 
     def warm_up(self) -> None:
-        """One small pass through each model, so the first turn pays no one-time costs."""
+        """One small pass through each model loaded, so the first turn pays no one-time costs."""
         t0 = time.perf_counter()
         # the models' own warm-ups: a transcript of zeros is "" before Whisper runs at all, so it warmed nothing
-        self.asr.warm_up()
-        self.tts.warm_up()
+        for model in (self.asr, self.tts):
+            if model is not None:   # a text conversation loads no speech models
+                model.warm_up()
         # The agent's own first generation of a turn, without history or tools: its decoding path, the system
         # prompt left in a reused KV cache (cache "block"), and the reply grammar (the tokenizer's index, ~0.4 s,
         # built once). The first call's first turn was ~1 s slower than the next without it.
