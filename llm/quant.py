@@ -15,8 +15,14 @@ Xeon since Sapphire Rapids) a product of 64 rows costs what one row's does, wher
 rows. NOTE: on such a 2-core Xeon, 30 blocks' 120 products
 (SmolLM2-135M) took 11.2 / 11.2 / 11.5 / 11.6 ms over 1 / 5 / 9 / 64 rows in bf16, against 11.2 / 15.8 / 19.9 /
 27.5 ms in fp16; 28 development-set turns (2 threads) spent 14.3 s in the model instead of 17.7 (prefill 3.2 s
-instead of 5.2), with the same 28 replies (2026-12-05). `cpu_weights: "auto"` (the shipped adapter's) picks it
-where the CPU has AMX, and fp16 elsewhere (`sixteen_bit`).
+instead of 5.2), with the same 28 replies (2026-12-05). With AVX-512 BF16 instructions but no AMX (AMD Zen 4 and
+later, Intel Cooper Lake) bf16 costs no time and holds the weights in less memory: fbgemm's packed fp16 matrix
+took 1.8 bytes for each byte of fp16 weights, oneDNN's bf16 one 1.09 (2 AMD EPYC cores, 2026-12-06, stop 66). A
+whole pass over 1 / 4 / 16 / 64 rows (2 threads, a 400-token cache) took 13.4 / 14.6 / 21.9 / 42.4 ms in bf16
+against 11.3 / 13.4 / 22.4 / 52.7 ms in fp16; the development set's median turn 245.6 ms against 246.8, the same
+calls and replies but one (a better one); `python -m app.bench --repeats 2` 603.9 ms e2e against 604.0; `parley
+serve` 1310 MB resident when idle against 1402, 1590 against 1636 with four callers. `cpu_weights: "auto"` (the
+shipped adapter's) picks bf16 where the CPU multiplies it in hardware, and fp16 elsewhere (`sixteen_bit`).
 
 int8: a block's linears as dynamically quantized ones (fbgemm, per output channel).
 
@@ -53,19 +59,19 @@ def onednn_bf16_available() -> bool:
     return torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()
 
 
-def amx_bf16_available() -> bool:
-    """Whether this CPU multiplies bf16 in AMX tiles and this torch's oneDNN can use them (Intel Xeon since Sapphire
-    Rapids). NOTE: with AVX-512 bf16 instructions but no AMX (2 AMD EPYC cores, 2026-12-04), a 3072 x 576 product
-    of one row took 99 us in bf16 against 53 us in fbgemm's fp16 (60 rows: 552 against 1023 us), and whole turns
-    no less time."""
+def hardware_bf16_available() -> bool:
+    """Whether this CPU multiplies bf16 in hardware, in AMX tiles (Intel Xeon since Sapphire Rapids) or with AVX-512
+    BF16 instructions (AMD Zen 4 and later, Intel Cooper Lake), and this torch's oneDNN can use them. NOTE: oneDNN
+    also runs bf16 products on plain AVX-512 by converting in software; fbgemm's fp16 is the better choice there."""
     capabilities = torch.cpu.get_capabilities() if hasattr(torch.cpu, "get_capabilities") else {}
-    return bool(capabilities.get("amx_bf16")) and onednn_bf16_available()
+    in_hardware = capabilities.get("amx_bf16") or capabilities.get("avx512_bf16")
+    return bool(in_hardware) and onednn_bf16_available()
 
 
 def sixteen_bit() -> str | None:
-    """The 16-bit weight format this CPU multiplies fastest: "bfloat16" with AMX, else "float16" with fbgemm, else
-    None (fp32: an ARM build of torch)."""
-    if amx_bf16_available():
+    """The 16-bit weight format for this CPU: "bfloat16" where it multiplies bf16 in hardware, else "float16" with
+    fbgemm, else None (fp32: an ARM build of torch)."""
+    if hardware_bf16_available():
         return "bfloat16"
     return "float16" if fbgemm_available() else None
 
@@ -164,7 +170,8 @@ def pack_fp16(model: Transformer) -> Transformer:
 
 def pack_bf16(model: Transformer) -> Transformer:
     """`pack_fp16` with Bf16Linear: bf16 weights packed for oneDNN, products of bf16-rounded inputs, fp32 outputs
-    (fast where the CPU has AMX: amx_bf16_available). Raises RuntimeError where this torch's oneDNN has no bf16."""
+    (fast where the CPU multiplies bf16 in hardware: hardware_bf16_available). Raises RuntimeError where this torch's
+    oneDNN has no bf16."""
     _require_cpu(model, "bf16-packed")
     if not onednn_bf16_available():
         raise RuntimeError("this CPU or torch build has no oneDNN bf16 products: bf16 weights need them")

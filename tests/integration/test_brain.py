@@ -59,8 +59,8 @@ def booked_rows(db) -> list[tuple]:
 
 
 def test_the_shipped_brain_holds_the_16_bit_weights_this_cpu_multiplies_fastest(brain):
-    """cpu_weights "auto": bf16 where the CPU has AMX, else fp16 (llm.quant.sixteen_bit); the tests below pass on
-    either."""
+    """cpu_weights "auto": bf16 where the CPU multiplies it in hardware (AMX or AVX-512 BF16), else fp16
+    (llm.quant.sixteen_bit); the tests below pass on either."""
     from llm.quant import sixteen_bit, weight_format
 
     chosen = sixteen_bit()

@@ -127,9 +127,17 @@ def test_bf16_linear_is_the_product_of_bf16_rounded_weights_and_inputs_with_a_bi
     assert (got - (x @ weight.t() + bias)).abs().max() > 1e-3  # the rounding is real
 
 
-@pytest.mark.parametrize("amx, fbgemm, chosen", [(True, True, "bfloat16"), (False, True, "float16"),
-                                                 (False, False, None)])
-def test_the_16_bit_format_is_bf16_with_amx_else_fp16_else_none(monkeypatch, amx, fbgemm, chosen):
-    monkeypatch.setattr(llm.quant, "amx_bf16_available", lambda: amx)
+@pytest.mark.parametrize("capabilities, in_hardware", [({"amx_bf16": True}, True), ({"avx512_bf16": True}, True),
+                                                       ({"avx512_bf16": False, "avx512_bw": True}, False), ({}, False)])
+def test_bf16_is_in_hardware_with_amx_or_avx512_bf16(monkeypatch, capabilities, in_hardware):
+    monkeypatch.setattr(torch.cpu, "get_capabilities", lambda: capabilities)
+    monkeypatch.setattr(llm.quant, "onednn_bf16_available", lambda: True)
+    assert llm.quant.hardware_bf16_available() == in_hardware
+
+
+@pytest.mark.parametrize("bf16, fbgemm, chosen", [(True, True, "bfloat16"), (False, True, "float16"),
+                                                  (False, False, None)])
+def test_the_16_bit_format_is_bf16_in_hardware_else_fp16_else_none(monkeypatch, bf16, fbgemm, chosen):
+    monkeypatch.setattr(llm.quant, "hardware_bf16_available", lambda: bf16)
     monkeypatch.setattr(llm.quant, "fbgemm_available", lambda: fbgemm)
     assert sixteen_bit() == chosen
