@@ -27,7 +27,6 @@ class VadConfig:
     tail_ms: int = 100            # unvoiced audio kept after the last voiced frame in SpeechEnd.audio
     max_utterance_ms: int = 20_000  # a turn longer than this is ended anyway (noise that never stops)
     noise_margin_db: float = 3.0  # a voiced frame must also be this much louder than the noise floor; 0 = off
-    speech_range_db: float = 40.0  # within a turn, a frame this far below its loudest is not speech; 0 = off
 
     def __post_init__(self):
         if self.aggressiveness not in (0, 1, 2, 3):
@@ -40,8 +39,6 @@ class VadConfig:
                 raise ValueError(f"{name} must be a multiple of {FRAME_MS} ms in [{low}, {high}], got {value}")
         if not 0 <= self.noise_margin_db <= 20:
             raise ValueError(f"noise_margin_db must be in [0, 20] dB, got {self.noise_margin_db}")
-        if not (self.speech_range_db == 0 or 20 <= self.speech_range_db <= 90):
-            raise ValueError(f"speech_range_db must be 0 (off) or in [20, 90] dB, got {self.speech_range_db}")
         if self.tail_ms > self.silence_ms:
             raise ValueError(f"tail_ms ({self.tail_ms}) must not exceed silence_ms ({self.silence_ms})")
 
@@ -79,7 +76,6 @@ class TurnDetector:
         self._utterance: list[np.ndarray] = []  # frames of the current turn, pre-roll included
         self._last_voiced_index = 0             # index into _utterance of the last voiced frame
         self._in_speech = False
-        self._peak_db = 0.0                     # the current turn's loudest frame, dB re 1 LSB
 
     @property
     def in_speech(self) -> bool:
@@ -123,17 +119,12 @@ class TurnDetector:
 
     def _is_voiced(self, frame: np.ndarray) -> bool:
         """webrtcvad's decision, gated by level above the noise floor: alone, webrtcvad called 66-84% of
-        steady-noise frames voiced at 15-10 dB SNR and those turns never ended; with a 3 dB gate, 0%. Within a turn,
-        also by level against the turn's loudest frame: over digital silence (a synthesized caller, a browser's
-        noise suppression) the floor is ~0 dB, and the fading tail of a last word, 40-70 dB below the voice, was
-        speech for another 20-320 ms (six phone-line questions, 2026-12-06)."""
+        steady-noise frames voiced at 15-10 dB SNR and those turns never ended; with a 3 dB gate, 0%."""
         voiced = self._vad.is_speech(frame.tobytes(), SAMPLE_RATE_HZ)
-        level_db = _level_db(frame)
-        if self._in_speech and self.config.speech_range_db:
-            self._peak_db = max(self._peak_db, level_db)
-            voiced = voiced and level_db > self._peak_db - self.config.speech_range_db
         if self.config.noise_margin_db == 0:
             return voiced
+        x = frame.astype(np.float64)
+        level_db = 20 * math.log10(math.sqrt(float(np.dot(x, x)) / x.size) + 1.0)
         self._levels_db[self._levels_seen % _FLOOR_WINDOW_FRAMES] = level_db
         self._levels_seen += 1
         n = min(self._levels_seen, _FLOOR_WINDOW_FRAMES)
@@ -152,7 +143,6 @@ class TurnDetector:
         kept = history[max(0, first_voiced - self._preroll_frames):]
         self._utterance = [f for f, _ in kept]
         self._last_voiced_index = max(i for i, (_, v) in enumerate(kept) if v)
-        self._peak_db = max(_level_db(f) for f, v in kept if v)
         self._in_speech = True
         self._history.clear()
         return [SpeechStart(time_ms=self.time_ms)]
@@ -177,11 +167,6 @@ class TurnDetector:
         self._utterance = []
         self._in_speech = False
         return end
-
-
-def _level_db(frame: np.ndarray) -> float:
-    x = frame.astype(np.float64)
-    return 20 * math.log10(math.sqrt(float(np.dot(x, x)) / x.size) + 1.0)
 
 
 def detect_turns(samples: np.ndarray, config: VadConfig = VadConfig()) -> list[SpeechStart | SpeechEnd]:

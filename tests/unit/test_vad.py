@@ -150,7 +150,6 @@ def test_state_reset_and_input_checks(speak):
     (dict(preroll_ms=-20), "preroll_ms"),
     (dict(tail_ms=200, silence_ms=100), "tail_ms"),
     (dict(noise_margin_db=-1), r"noise_margin_db must be in \[0, 20\]"),
-    (dict(speech_range_db=10), r"speech_range_db must be 0 \(off\) or in \[20, 90\]"),
 ])
 def test_config_validation_names_the_valid_range(bad, message):
     with pytest.raises(ValueError, match=message):
@@ -170,17 +169,3 @@ def test_endpoint_audio_during_the_silence_is_what_speech_end_carries(speak):
     assert early is not None and end is not None
     assert np.array_equal(early, end.audio)
     assert detector.trailing_silence_ms == 0.0 and detector.endpoint_audio().size == 0
-
-
-def test_a_fading_tail_far_below_the_voice_is_not_speech(speak):
-    """Over digital silence (a synthesized caller, a browser's noise suppression) the noise floor is ~0 dB, and
-    webrtcvad calls a word's faint fading tail speech: the turn then ended its silence after the tail, not after
-    the word (20-320 ms later for phone-line questions). A frame 40 dB below the turn's loudest is not speech."""
-    speech = _trimmed(speak(SENTENCE))
-    faint = (_trimmed(speak("Thank you so much."))[:8000] * 10 ** (-42 / 20)).astype(np.int16)  # 0.5 s, 42 dB down
-    audio = np.concatenate([_silence(1000), speech, faint, _silence(1500)])
-    speech_end_ms = 1000 + speech.size * 1000 / SAMPLE_RATE_HZ
-    gated = [e for e in detect_turns(audio) if isinstance(e, SpeechEnd)]
-    assert len(gated) == 1 and abs(gated[0].last_voiced_ms - speech_end_ms) <= 3 * FRAME_MS
-    ungated = [e for e in detect_turns(audio, VadConfig(speech_range_db=0)) if isinstance(e, SpeechEnd)]
-    assert ungated[0].last_voiced_ms > speech_end_ms + 60   # what the gate is for: webrtcvad hears the tail
