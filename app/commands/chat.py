@@ -2,7 +2,7 @@
 import json
 import sys
 
-from app.commands.common import add_model_flags, settings_from, study
+from app.commands.common import add_model_flags, load_services
 
 
 def register(subparsers) -> None:
@@ -12,17 +12,6 @@ def register(subparsers) -> None:
     p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice; 1 is faster on a busy machine)")
     add_model_flags(p)
     p.set_defaults(func=run)
-
-
-def open_agent(settings):
-    """The engine, business tools and agent named by the settings, warmed up as `parley serve` warms up: the
-    system prompt's KV cache is computed before the first line, once, as a server computes it once for every call."""
-    from app.pipeline.services import Services  # deferred: the model stack (see app/commands/__init__.py)
-
-    services = Services.load(settings, speech=False)
-    study(services)
-    services.warm_up()
-    return services.new_agent()
 
 
 def turn_record(user: str, turn) -> dict:
@@ -36,11 +25,11 @@ def run(args) -> int:
         import torch
 
         torch.set_num_threads(args.threads)
-    try:
-        agent = open_agent(settings_from(args))
-    except ValueError as exc:  # a bad profile, checkpoint directory or device
-        print(f"parley chat: {exc}", file=sys.stderr)
+    # warmed up as `parley serve` warms up: the system prompt's KV cache is computed once, before the first line
+    services = load_services(args, "parley chat", speech=False)
+    if services is None:   # a bad profile, checkpoint directory or device
         return 2
+    agent = services.new_agent()
     interactive = sys.stdin.isatty() and not args.json
     while True:
         if interactive:

@@ -81,12 +81,13 @@ def study(services) -> None:
         study_dialogues(services.engine, services.toolbox.profile)
 
 
-def load_services(args: argparse.Namespace, prog: str):
-    """The models named by the flags, warmed up; None (after one line on stderr) when a path is wrong."""
+def load_services(args: argparse.Namespace, prog: str, speech: bool = True):
+    """The models named by the flags, warmed up; None (after one line on stderr) when a path is wrong. speech=False:
+    the language model and the tools alone (a text conversation)."""
     from app.pipeline.services import Services
 
     try:
-        services = Services.load(settings_from(args))
+        services = Services.load(settings_from(args), speech=speech)
     except ValueError as exc:
         print(f"{prog}: {exc}", file=sys.stderr)
         return None
