@@ -73,7 +73,7 @@ class Services:
         services = cls(asr, tts, engine, toolbox, system_prompt(profile, toolbox, engine.chat_style),
                        agent_options=agent_options_for(settings.llm_model), llm_batch=settings.llm_batch)
         if speech:
-            _lend_idle_cores(services, asr.options.cpu_threads)
+            _lend_idle_cores(services)
             # the OpenMP workers loading started on this thread: the passes run on the LLM's threads (llm.openmp);
             # `parley serve` warms up on another thread, so here and not in warm_up
             openmp.release()
@@ -164,7 +164,7 @@ def asr_threads() -> int:
     return 1 if cores <= 2 else AsrOptions().cpu_threads
 
 
-def _lend_idle_cores(services: Services, asr_threads: int) -> None:
+def _lend_idle_cores(services: Services) -> None:
     """While Whisper and Piper have nothing to do and one generation runs (a caller's silence: the draft's
     reply, the end-of-turn judgement), the brain's passes run on every core the process's OpenMP budget leaves
     them, not only on the threads _size_cpu_threads gave it; each pass checks again, so speech that starts waits one
@@ -174,14 +174,14 @@ def _lend_idle_cores(services: Services, asr_threads: int) -> None:
     kept to one generation (4.2 and 3.5 s; one caller's median 1.16-1.18 s against 1.34-1.40 s, 2026-12-06).
 
     The budget: libgomp wakes its workers for every region once it manages more threads than there are CPUs
-    (llm.openmp), and Whisper's pool keeps asr_threads - 1 workers. So on 2 cores, with Whisper on one thread, a
+    (llm.openmp), and Whisper's pool keeps its threads less one as workers. So on 2 cores, with Whisper on one thread, a
     pass gets both cores. NOTE: `python -m app.bench --repeats 2` on 2 Xeon cores (2026-12-06), then the code before:
     llm_ms a turn 412-421 against 544-570 on one thread, e2e 843 against 978 ms with the default policy.
     """
     engine = services.engine
     if engine.device.type != "cpu":
         return
-    own, idle = _own_threads(engine), idle_speech_threads(engine, asr_threads)
+    own, idle = _own_threads(engine), idle_speech_threads(engine, services.asr.options.cpu_threads)
     if idle <= own:
         return
     engine.batcher.threads = lambda generations: idle if generations <= 1 and not services.speech_busy() else own

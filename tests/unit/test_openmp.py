@@ -72,11 +72,11 @@ def test_a_batchers_forward_runs_on_the_threads_its_policy_gives(monkeypatch):
     assert logits.shape == (1, 64)
 
 
-def fake_services(monkeypatch, cores: int, n_params: int = 135_000_000) -> Services:
+def fake_services(monkeypatch, cores: int, n_params: int = 135_000_000, asr_threads: int | None = None) -> Services:
     monkeypatch.setattr(services_module.os, "cpu_count", lambda: cores)
     engine = SimpleNamespace(device=torch.device("cpu"), model=SimpleNamespace(args=SimpleNamespace(n_params=n_params)),
                              batcher=SimpleNamespace(threads=None))
-    asr = SimpleNamespace(options=SimpleNamespace(cpu_threads=services_module.asr_threads()))
+    asr = SimpleNamespace(options=SimpleNamespace(cpu_threads=asr_threads or services_module.asr_threads()))
     return Services(asr=asr, tts=None, engine=engine, toolbox=None, system_prompt=None)
 
 
@@ -86,7 +86,7 @@ def test_the_brain_gets_every_core_while_speech_has_nothing_to_do(monkeypatch):
     own = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        _lend_idle_cores(services, asr_threads=services_module.asr_threads())
+        _lend_idle_cores(services)
         assert served_threads(services) == "threads: Whisper 1, LLM 1, 2 while speech is idle"   # app.bench's header
     finally:
         torch.set_num_threads(own)
@@ -109,10 +109,10 @@ def test_no_cores_lent_where_whispers_pool_or_a_small_model_would_share_them(mon
     own = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        two_whisper_threads = fake_services(monkeypatch, cores=2)
-        _lend_idle_cores(two_whisper_threads, asr_threads=2)      # 2 cores, both taken while Whisper's pool stays
-        small = fake_services(monkeypatch, cores=2, n_params=4_000_000)
-        _lend_idle_cores(small, asr_threads=1)                    # its ops are too short to split
+        two_whisper_threads = fake_services(monkeypatch, cores=2, asr_threads=2)
+        _lend_idle_cores(two_whisper_threads)      # 2 cores, both taken while Whisper's pool stays
+        small = fake_services(monkeypatch, cores=2, n_params=4_000_000, asr_threads=1)
+        _lend_idle_cores(small)                    # its ops are too short to split
     finally:
         torch.set_num_threads(own)
     assert two_whisper_threads.engine.batcher.threads is None
