@@ -67,25 +67,6 @@ def test_the_shipped_brain_holds_the_16_bit_weights_this_cpu_multiplies_fastest(
     assert weight_format(brain.model) == (f"{chosen} weights" if chosen else "float32")
 
 
-def test_a_text_conversation_warmed_up_as_a_call_is_pays_for_no_system_prompt_in_its_first_turn(brain, monkeypatch):
-    """`parley chat` warms up as `parley serve` does (Services.warm_up, here without speech models): the system
-    prompt's KV cache is computed before the first line, so the first turn's forwards start after it (a fresh
-    `parley chat` prefilled ~270 tokens in its first turn: the development set's median turn 247 ms against ~380)."""
-    import llm.passes
-    from app.pipeline.services import Services
-
-    brain.forget_earlier()
-    agent = agent_for(brain)
-    services = Services(None, None, brain, agent.toolbox, agent.system_prompt, agent_options=agent.options)
-    services.warm_up()
-    starts, forward = [], llm.passes.forward
-    monkeypatch.setattr(llm.passes, "forward", lambda model, work, mask_id: (
-        starts.extend(p.start for p, _ in work), forward(model, work, mask_id))[1])
-    turn = agent.respond("Hi, how much is a haircut?")
-    system = len(brain.prompt_ids([{"role": "system", "content": agent.system_prompt}]))
-    assert turn.reply and min(starts) >= system - 1
-
-
 def test_hours_come_from_the_tool(brain):
     turn = agent_for(brain).respond("Hi, um, yeah, what are your hours?")
     assert [name for name, _ in calls(turn)] == ["business_info"]
