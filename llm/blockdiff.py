@@ -243,12 +243,16 @@ class Packed:
     allowed: torch.Tensor    # (T, T) bool: True = may attend
     targets: torch.Tensor    # (T,) int64: the token each row predicts (-100 where no loss)
     weights: torch.Tensor    # (T,) fp32: the loss weight of each row's prediction
+    clean_len: int = 0       # the clean dialogue's tokens (the first clean_len rows)
+    kept: torch.Tensor | None = None  # (T,) bool: clean rows whose next-token distribution stays the base's
 
 
 def block_batch(ids: list[int], reply_spans: list[tuple[int, int]], block_length: int, mask_id: int,
-                generator: torch.Generator, ar_weight: float = 0.5) -> Packed:
+                generator: torch.Generator, ar_weight: float = 0.5,
+                kept_spans: list[tuple[int, int]] = ()) -> Packed:
     """Pack a dialogue `ids` whose assistant replies span `reply_spans` [(start, end)) into a block-diffusion
-    training sequence.
+    training sequence. kept_spans [(start, end)): tokens (the caller's words) whose prediction by the clean
+    stream is to stay the base model's (`packed_loss`'s teacher).
 
     Each reply is cut into blocks aligned at its start; each block gets a noisy copy as the sampler meets it: the
     first c ~ U{0..L-1} tokens committed, masks after them. A masked token j >= 1 of a block is predicted by the
@@ -296,13 +300,42 @@ def block_batch(ids: list[int], reply_spans: list[tuple[int, int]], block_length
         starts = torch.tensor(block_start)[blocks]  # (m,) each copy row's block start
         allowed[n:, :n] = torch.arange(n)[None, :] < starts[:, None]
         allowed[n:, n:] = (blocks[:, None] == blocks[None, :]) & torch.ones(m, m, dtype=torch.bool).tril()
-    return Packed(all_ids, positions, allowed, all_targets, all_weights)
+    kept = torch.zeros(T, dtype=torch.bool)
+    for s, e in kept_spans:
+        kept[s - 1:e - 1] = True  # the clean rows that predict the span's tokens
+    return Packed(all_ids, positions, allowed, all_targets, all_weights, n, kept)
+
+
+@torch.no_grad()
+def kept_log_probs(model: Transformer, batch: list[Packed], prefix_len: int = 0) -> list[torch.Tensor]:
+    """The model's log-probabilities (K, V) fp32 at each sequence's K kept rows, in order: its clean stream run
+    left to right (the batch's shared prefix_len tokens once). With llm.lora.off, the base model's: the
+    teacher of `packed_loss`."""
+    device = model.transformer.wte.weight.device
+    cache = model.new_cache(1, max(p.clean_len for p in batch))
+    if prefix_len:
+        model.trunk(batch[0].ids[:prefix_len][None].to(device), 0, cache, causal=True)
+    out = []
+    for p in batch:
+        rows = p.kept[:p.clean_len].nonzero()[:, 0]
+        assert not len(rows) or rows[0] >= prefix_len, "no kept row may lie in the shared prefix"
+        if not len(rows):
+            out.append(torch.zeros(0, model.args.vocab_size, device=device))
+            continue
+        hidden = model.trunk(p.ids[prefix_len:p.clean_len][None].to(device), prefix_len, cache, causal=True)
+        out.append(F.log_softmax(model.head(hidden[:, rows.to(device) - prefix_len])[0].float(), dim=-1))
+    return out
 
 
 def packed_loss(model: Transformer, batch: list[Packed], mask_embedding: torch.Tensor | None = None,
-                mask_id: int | None = None, prefix_len: int = 0) -> torch.Tensor:
+                mask_id: int | None = None, prefix_len: int = 0, teacher: list[torch.Tensor] | None = None,
+                teacher_weight: float = 0.0) -> torch.Tensor:
     """The weighted cross-entropy of a batch of packed sequences (padded to the longest; pads attend to
     themselves only and carry no loss). mask_embedding (d,): the trainable embedding of mask_id.
+
+    teacher: `kept_log_probs` of each sequence (the base's); then teacher_weight times the mean KL divergence of
+    the model's prediction at the kept rows from the teacher's is added: the adapter learns the replies without
+    unlearning how the base reads the caller's words (where a turn ends: llm.Engine.end_of_turn_probability).
 
     prefix_len: the sequences share their first prefix_len tokens (the system prompt) and no loss row lies in
     them; those are run once, without gradients, and their keys serve the whole batch. The forward pass is the
@@ -342,4 +375,11 @@ def packed_loss(model: Transformer, batch: list[Packed], mask_embedding: torch.T
     rows = weights > 0
     logits = model.head(hidden[rows][None])[0].float()  # (N, V)
     loss = F.cross_entropy(logits, targets[rows], reduction="none")
-    return (loss * weights[rows]).sum() / weights[rows].sum()
+    loss = (loss * weights[rows]).sum() / weights[rows].sum()
+    if teacher is None or not sum(len(t) for t in teacher):
+        return loss
+    kept = torch.zeros(B, T, dtype=torch.bool)
+    for b, p in enumerate(batch):
+        kept[b, :p.ids.numel() - P] = p.kept[P:]
+    student = F.log_softmax(model.head(hidden[kept.to(device)][None])[0].float(), dim=-1)  # (K, V), row order
+    return loss + teacher_weight * F.kl_div(student, torch.cat(teacher), log_target=True, reduction="batchmean")

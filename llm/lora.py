@@ -4,6 +4,7 @@ An adapter is a dict of tensors: `{linear name}.lora_a` (r, in) and `.lora_b` (o
 and `mask_embedding` (d_model,), the trained embedding row of the mask token that block diffusion adds.
 """
 import math
+from contextlib import contextmanager
 
 import torch
 import torch.nn as nn
@@ -25,7 +26,11 @@ class LoRALinear(nn.Module):
             bound = 1 / math.sqrt(base.in_features)  # nn.Linear's default (kaiming uniform, a = sqrt(5))
             self.lora_a.uniform_(-bound, bound, generator=generator)
 
+    enabled = True   # False: the base alone (`off`)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.enabled:
+            return self.base(x)
         return self.base(x) + F.linear(F.linear(x, self.lora_a.to(x.dtype)), self.lora_b.to(x.dtype)) * self.scale
 
 
@@ -41,6 +46,19 @@ def add_lora(model: Transformer, rank: int, alpha: float, seed: int = 0) -> list
             setattr(block, name, wrapped)
             trainable += [wrapped.lora_a, wrapped.lora_b]
     return trainable
+
+
+@contextmanager
+def off(model: Transformer):
+    """Within it, a model wrapped by add_lora computes as its base (the teacher the adapter is kept close to)."""
+    wrapped = [m for m in model.modules() if isinstance(m, LoRALinear)]
+    for m in wrapped:
+        m.enabled = False
+    try:
+        yield model
+    finally:
+        for m in wrapped:
+            m.enabled = True
 
 
 def adapter_state(model: Transformer) -> dict[str, torch.Tensor]:
@@ -70,3 +88,4 @@ def unwrap(model: Transformer) -> None:
             module = getattr(block, name)
             if isinstance(module, LoRALinear):
                 setattr(block, name, module.base)
+

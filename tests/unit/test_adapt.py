@@ -8,7 +8,7 @@ import torch
 
 from llm import lora
 from llm.adapt import AdaptOptions, Example, adapt, apply_adapter
-from llm.blockdiff import block_batch, packed_loss
+from llm.blockdiff import block_batch, kept_log_probs, packed_loss
 from llm.passes import Pass, passes
 from tests.checkpoints import TINY_MASK as MASK, random_ids, tiny_block_model
 
@@ -108,3 +108,47 @@ def test_a_shared_prefix_run_once_gives_the_same_loss():
     b = block_batch(head + random_ids(20, 2), [(14, 30)], 4, MASK, g)
     with torch.no_grad():
         torch.testing.assert_close(packed_loss(model, [a, b], prefix_len=10), packed_loss(model, [a, b]))
+
+
+def _divergence_from_base(model, base, packed) -> float:
+    """The mean KL of the model's predictions at packed's kept rows from the base model's."""
+    teacher = kept_log_probs(base, [packed])
+    return (packed_loss(model, [packed], teacher=teacher, teacher_weight=1.0) - packed_loss(model, [packed])).item()
+
+
+@torch.no_grad()
+def test_the_teacher_is_the_base_model_under_the_adapter():
+    """With llm.lora.off the adapted model predicts the caller's words as its base does, and the teacher's term
+    measures how far the adapter has moved them: nothing at the start (B = 0), something once it has."""
+    base, model = tiny_block_model(), tiny_block_model()
+    lora.add_lora(model, rank=4, alpha=8.0, seed=0)
+    g = torch.Generator().manual_seed(0)
+    head = random_ids(8, 7)
+    a = block_batch(head + random_ids(22, 1), [(20, 30)], 4, MASK, g, kept_spans=[(10, 16)])
+    b = block_batch(head + random_ids(26, 2), [(18, 34)], 4, MASK, g, kept_spans=[(9, 14)])
+    assert a.kept.sum() == 6 and not a.kept[a.clean_len:].any()
+    assert _divergence_from_base(model, base, a) == pytest.approx(0.0, abs=1e-6)
+    for name, p in model.named_parameters():
+        if name.endswith("lora_b"):
+            p.normal_(std=0.05, generator=torch.Generator().manual_seed(1))
+    assert _divergence_from_base(model, base, a) > 1e-4
+    with lora.off(model):   # the teacher, with the batch's shared prefix run once
+        teacher = kept_log_probs(model, [a, b], prefix_len=8)
+    torch.testing.assert_close(teacher, kept_log_probs(base, [a, b]))
+    plain = packed_loss(model, [a, b], prefix_len=8)
+    assert packed_loss(model, [a, b], prefix_len=8, teacher=teacher, teacher_weight=0.5) > plain
+
+
+def test_adapt_with_a_teacher_keeps_the_callers_words_closer_to_the_base():
+    ids = random_ids(40, seed=5)
+    example = Example(ids, [(20, 30), (34, 40)], [(10, 19), (31, 33)])
+    packed = block_batch(ids, example.spans, 4, MASK, torch.Generator().manual_seed(0), kept_spans=example.user_spans)
+    divergence = {}
+    for weight in (0.0, 1.0):
+        opts = AdaptOptions(steps=12, batch_size=1, lr=1e-2, warmup_steps=1, rank=4, alpha=8.0, threads=1,
+                            teacher_weight=weight)
+        model = tiny_block_model()
+        apply_adapter(model, adapt(tiny_block_model(), [example], MASK, opts), 2.0, MASK)
+        with torch.no_grad():
+            divergence[weight] = _divergence_from_base(model, tiny_block_model(), packed)
+    assert divergence[1.0] < divergence[0.0] / 2

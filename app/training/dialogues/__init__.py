@@ -130,8 +130,8 @@ def cases(dialogues: list[Dialogue]) -> list[Case]:
 
 
 def token_examples(dialogues: list[Dialogue], system, encode, style: str, end_of_turn: str):
-    """Each dialogue as one llm.adapt.Example: its tokens in chat `style` (system message first) and the token
-    span of every assistant reply, end-of-turn token included. `system`: the system message, or a function of the
+    """Each dialogue as one llm.adapt.Example: its tokens in chat `style` (system message first), the token
+    span of every assistant reply and of every caller's turn's words, end-of-turn token included. `system`: the system message, or a function of the
     dialogue's profile that writes it. `encode(text) -> ids` is the engine's tokenizer;
     a span is found by encoding the conversation up to the reply's header and up to its end, so the tokens are
     exactly those the agent's prompt would have."""
@@ -139,8 +139,15 @@ def token_examples(dialogues: list[Dialogue], system, encode, style: str, end_of
     for d in dialogues:
         messages = [{"role": "system", "content": system(d.profile) if callable(system) else system}] + d.messages
         ids = encode(chat.render(messages, style, add_generation_prompt=False))
-        spans = []
+        spans, user_spans = [], []
         for i, m in enumerate(messages):
+            if m["role"] == "user":   # the caller's words and the end of their turn, for the teacher to keep
+                upto = chat.render(messages[:i + 1], style, add_generation_prompt=False)
+                end = upto.rindex(end_of_turn)
+                head, words = encode(upto[:end - len(m["content"])]), encode(upto[:end + len(end_of_turn)])
+                if ids[:len(words)] != words or words[:len(head)] != head:
+                    raise ValueError(f"turn {i} of a dialogue does not tokenize as a prefix of the whole")
+                user_spans.append((len(head), len(words)))
             if m["role"] != "assistant":
                 continue
             head = encode(chat.render(messages[:i], style, add_generation_prompt=True))
@@ -149,5 +156,5 @@ def token_examples(dialogues: list[Dialogue], system, encode, style: str, end_of
             if ids[:len(reply)] != reply or reply[:len(head)] != head:
                 raise ValueError(f"reply {i} of a dialogue does not tokenize as a prefix of the whole")
             spans.append((len(head), len(reply)))
-        out.append(Example(ids, spans))
+        out.append(Example(ids, spans, user_spans))
     return out
