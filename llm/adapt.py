@@ -204,7 +204,8 @@ def load_adapted(path, device=None, dtype=None):
         dtype = DTYPES[dtype]
     ckpt = read_gguf(smollm2_path())
     model = build_model(ckpt)  # fp32 on the CPU: the adapter merges there
-    apply_adapter(model, load_adapter(path), float(config["alpha"]) / int(config["rank"]), ckpt.special.mask)
+    adapter, alpha_over_rank = load_adapter(path), float(config["alpha"]) / int(config["rank"])
+    apply_adapter(model, adapter, alpha_over_rank, ckpt.special.mask)
     if dtype == "int8":
         if device.type != "cpu":
             raise ValueError("int8 weights are for the CPU: pass float32 or bfloat16 for a GPU")
@@ -216,4 +217,5 @@ def load_adapted(path, device=None, dtype=None):
     else:
         model.to(device=device, dtype=dtype)
         model.reset_rope(device)
-    return Engine(model, ckpt.tokenizer, config.get("chat_style", "smollm"), ckpt.special, left_to_right=True)
+    return Engine(model, ckpt.tokenizer, config.get("chat_style", "smollm"), ckpt.special, left_to_right=True,
+                  adapter=lora.MergedAdapter(model, adapter, alpha_over_rank))

@@ -1,7 +1,7 @@
 """The Engine: a loaded model, its tokenizer and chat format, and `generate` with per-block streaming."""
 import threading
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
@@ -14,7 +14,8 @@ from llm.blockdiff import (BlockOptions, Matcher, PrefixCache, block_reply, next
 from llm.drafter import Drafter
 from llm.generate import Decoded, DecodeOptions, ModelDenoiser, SpecialIds, denoise_reply
 from llm.model import Transformer
-from llm.passes import PassBatcher
+from llm.lora import MergedAdapter
+from llm.passes import Pass, PassBatcher, forward
 
 
 @dataclass
@@ -95,7 +96,7 @@ class Engine:
     """A diffusion LM ready to chat: `generate(messages)` writes the assistant's reply."""
 
     def __init__(self, model: Transformer, tokenizer: Tokenizer, chat_style: str, special: SpecialIds,
-                 bos_token: str | None = None, left_to_right: bool = False):
+                 bos_token: str | None = None, left_to_right: bool = False, adapter: MergedAdapter | None = None):
         if chat_style not in chat.STYLES:
             raise ValueError(f"chat_style {chat_style!r}: choose one of {', '.join(chat.STYLES)}")
         self.model = model.eval()
@@ -108,6 +109,8 @@ class Engine:
         self.device, self.dtype = weight.device, weight.dtype
         # a model pretrained left to right (SmolLM2): block diffusion with causal attention is its decoder
         self.left_to_right = left_to_right
+        # the LoRA adapter merged into the weights, taken off to read the base model (end_of_turn_probability)
+        self.adapter = adapter
         # cache="block": exact KV caches of earlier prompts, reused (one per generation running at once), and
         # the batcher whose forwards the generations running at once share
         self._caches = _Caches(model)
@@ -163,19 +166,32 @@ class Engine:
         return self.generate_ids(self.prompt_ids(messages), opts, on_block=on_block, cancel=cancel, seed=seed)
 
     @torch.inference_mode()
-    def end_of_turn_probability(self, messages: list[dict], text: str) -> float:
-        """The model's probability that the user's words so far are a finished turn, given the conversation
-        before them: that a sentence end (its end-of-turn token, ".", "?" or "!") comes next after `text` with
-        its closing punctuation taken off. A speech recognizer ends every segment with a stop, finished or not,
+    @torch.inference_mode()
+    def end_of_turn_probability(self, text: str) -> float:
+        """The pretrained base model's probability that the caller's words so far are a finished turn: that a
+        sentence end (its end-of-turn token, ".", "?" or "!") comes next after `text` with its closing punctuation
+        taken off, in a user turn of its own. A speech recognizer ends every segment with a stop, finished or not,
         and after one the model expects the turn to end; without it, whether the sentence can end there is what
-        the model knows. LiveKit's first turn detector was this idea on a fine-tuned SmolLM2; here it is the
-        model already in memory: one pass over the words the reused KV cache does not hold (a reply to the same
-        words reuses them). Needs a model decoded left to right with the block cache (SmolLM2's)."""
+        the model knows. LiveKit's first turn detector was this idea on a fine-tuned SmolLM2; here it is the model
+        already in memory, one pass over the words.
+        NOTE: the base, not the adapted model: the adapter, trained on the replies, moved its predictions of the
+        caller's words ~3 nats a token from the base's, and finished questions with them ("What's your address"
+        0.004 against the base's 0.65, "Is there parking" 0.00003 against 0.009: under the unfinished turns'
+        0.0001-0.003, so they waited 1.5 s). Kept close to the base by a training term instead (llm.adapt's
+        teacher), the development set lost 7% of its turns. The words alone, with no conversation before them:
+        the base read the same with the salon's system prompt and without it (137 finished turns, 21 unfinished,
+        docs/EXPERIMENT_LOG.md). Needs a model pretrained left to right (SmolLM2's)."""
         if not self.left_to_right:
             raise ValueError("the end-of-turn probability needs a model pretrained left to right")
         words = text.strip().rstrip(".?!,;: ")
-        prompt = chat.render_open_turn(messages, words, self.chat_style, self.bos_token)
-        probabilities = self._next_probabilities(self.tokenizer.encode(prompt, add_special_tokens=False).ids)
+        prompt = chat.render_open_turn([], words, self.chat_style, self.bos_token)
+        ids = torch.tensor(self.tokenizer.encode(prompt, add_special_tokens=False).ids, device=self.device)
+        self._check_fits(len(ids), 1)
+        base = self.adapter.removed() if self.adapter is not None else nullcontext()
+        with self.batcher.exclusive(), base:
+            cache = self.model.new_cache(1, len(ids))   # its own: the base's keys must not serve a reply
+            _, logits = forward(self.model, [(Pass(cache, 0, ids), slice(-1, None))], self.special.mask)[0]
+        probabilities = torch.softmax(logits[0], dim=-1)
         ends = {self.tokenizer.token_to_id(t) for t in (chat.END_OF_TURN[self.chat_style], ".", "?", "!")} - {None}
         return float(probabilities[sorted(ends)].sum())
 

@@ -4,13 +4,14 @@ An adapter is a dict of tensors: `{linear name}.lora_a` (r, in) and `.lora_b` (o
 and `mask_embedding` (d_model,), the trained embedding row of the mask token that block diffusion adds.
 """
 import math
+import threading
 from contextlib import contextmanager
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from llm.model import BLOCK_LINEARS, Transformer
+from llm.model import BLOCK_LINEARS, FUSED_LINEARS, Transformer
 
 
 class LoRALinear(nn.Module):
@@ -89,3 +90,47 @@ def unwrap(model: Transformer) -> None:
             if isinstance(module, LoRALinear):
                 setattr(block, name, module.base)
 
+
+class MergedAdapter:
+    """What a merged adapter added to a model (llm.adapt.load_adapted), kept to take off again: within
+    `removed()`, on the calling thread, every adapted projection's output loses its update (alpha / r) x A^T B^T,
+    and the model computes as its base does, with no copy of the base's weights (its A and B: ~18 MB in fp32 for
+    SmolLM2 at rank 16). A projection the model packed with others (FUSED_LINEARS) loses their updates at once.
+    The judgement of where a caller's turn ends reads the base (llm.Engine.end_of_turn_probability)."""
+
+    def __init__(self, model: Transformer, adapter: dict[str, torch.Tensor], alpha_over_rank: float):
+        self._model = model
+        self._local = threading.local()
+        self._updates = []   # (module, A (k r, in), B (out, k r) block-diagonal, scaled), each fp32
+        device = model.transformer.wte.weight.device
+        for i, block in enumerate(model.transformer.blocks):
+            groups = [(name, parts) for name, parts in FUSED_LINEARS.items() if getattr(block, name, None) is not None]
+            packed = {part for _, parts in groups for part in parts}
+            groups += [(name, (name,)) for name in BLOCK_LINEARS
+                       if name not in packed and getattr(block, name, None) is not None]
+            for name, parts in groups:
+                keys = [f"transformer.blocks.{i}.{part}" for part in parts]
+                if not all(f"{key}.lora_a" in adapter for key in keys):
+                    continue
+                a = torch.cat([adapter[f"{key}.lora_a"].float() for key in keys]).to(device)
+                b = (torch.block_diag(*[adapter[f"{key}.lora_b"].float() for key in keys]) * alpha_over_rank).to(device)
+                self._updates.append((getattr(block, name), a, b))
+
+    @contextmanager
+    def removed(self):
+        """A span in which this thread's forwards compute the base model. Its hooks exist only meanwhile: the
+        adapted model's passes pay nothing for them."""
+        def hook(a, b):
+            def take_off(module, args, output):
+                if getattr(self._local, "on", False):
+                    return output - F.linear(F.linear(args[0].float(), a), b).to(output.dtype)
+            return take_off
+
+        handles = [module.register_forward_hook(hook(a, b)) for module, a, b in self._updates]
+        self._local.on = True
+        try:
+            yield self._model
+        finally:
+            self._local.on = False
+            for handle in handles:
+                handle.remove()

@@ -122,6 +122,23 @@ class PassBatcher:
                 self._joined -= 1
                 self._ready.notify_all()   # the passes waiting for this one's may go now
 
+    @contextmanager
+    def exclusive(self):
+        """A span in which the caller's own forwards run between the batches, on the threads a batch would have:
+        a pass that cannot share a forward (one with other weights: llm.lora.MergedAdapter.removed)."""
+        with self._ready:
+            while self._busy:
+                self._ready.wait()
+            self._busy = True
+            running = max(1, self._joined)
+        try:
+            with openmp.threads(self.threads(running) if self.threads is not None else 0):
+                yield
+        finally:
+            with self._ready:
+                self._busy, self._idle_since = False, time.monotonic()
+                self._ready.notify_all()
+
     def run(self, p: Pass, rows: slice) -> tuple[torch.Tensor, torch.Tensor]:
         """The pass's (hidden, logits of `rows`), from a forward it shares with the passes asked alongside it."""
         p.check(self.model)   # a bad pass fails its own generation, not the batch it would have joined

@@ -150,7 +150,6 @@ def bench_tts(repeats: int = 5) -> None:
 
 # --- end of turn -------------------------------------------------------------------------------------------
 
-ENDPOINT_SYSTEM = "You answer the phone for a small business. Be brief and friendly."
 LM_POLICY = EndpointPolicy()
 SMART_TURN_POLICY = EndpointPolicy(complete_at=0.5, unfinished_below=0.1)
 # The LM's judgement asked sooner into a silence than the default's check_ms (frames are 20 ms): on 2 CPU cores it is
@@ -175,12 +174,10 @@ def bench_endpoint(llm_model: str = "llm/weights/parley-smollm2") -> None:
     torch.set_num_threads(idle_speech_threads(engine, asr.options.cpu_threads))
     print(f"(threads as `parley serve` has them in a silence: Whisper {asr.options.cpu_threads}, "
           f"the language model {torch.get_num_threads()})")
-    context = [{"role": "system", "content": ENDPOINT_SYSTEM}]
-    engine.end_of_turn_probability(context, "Hello")   # the system turn into the reused cache, once
     cases = endpoint_set.build(synth)
     # the default policy's checks; the LM's judgement asked earlier into a silence (EARLIER_CHECKS_MS) has its own
-    checks = [_endpoint_checks(case, asr, smart, engine, context, LM_POLICY.check_ms) for case in cases]
-    earlier = {ms: [_endpoint_checks(case, asr, None, engine, context, ms) for case in cases]
+    checks = [_endpoint_checks(case, asr, smart, engine, LM_POLICY.check_ms) for case in cases]
+    earlier = {ms: [_endpoint_checks(case, asr, None, engine, ms) for case in cases]
                for ms in EARLIER_CHECKS_MS}
     voices = sorted({c.voice for c in cases})
     print(f"{len(cases)} turns: {len(endpoint_set.COMPLETE)} complete and {len(endpoint_set.PAUSED)} paused "
@@ -216,7 +213,7 @@ def bench_endpoint(llm_model: str = "llm/weights/parley-smollm2") -> None:
                                 cost[name]))
 
 
-def _endpoint_checks(case, asr, smart, engine, context, check_ms: int) -> list[dict]:
+def _endpoint_checks(case, asr, smart, engine, check_ms: int) -> list[dict]:
     """Every point of the turn where the silence reached check_ms: the signals there, and how long that
     silence really lasted (until speech resumed; the last one has no end)."""
     config = VadConfig(silence_ms=LM_POLICY.max_silence_ms + 100)
@@ -234,7 +231,7 @@ def _endpoint_checks(case, asr, smart, engine, context, check_ms: int) -> list[d
         if detector.in_speech and detector.trailing_silence_ms == check_ms:
             audio = detector.endpoint_audio()
             text, asr_ms = _timed(asr.transcribe, audio)
-            lm, lm_ms = _timed(engine.end_of_turn_probability, context, text) if text.strip() else (0.0, 0.0)
+            lm, lm_ms = _timed(engine.end_of_turn_probability, text) if text.strip() else (0.0, 0.0)
             p_smart, smart_ms = _timed(smart.probability, audio) if smart is not None else (0.0, 0.0)
             silence_start_ms = detector.time_ms - detector.trailing_silence_ms
             checks.append({"lm": lm, "smart": p_smart, "asr_ms": asr_ms, "lm_ms": lm_ms, "smart_ms": smart_ms,

@@ -2,8 +2,8 @@
 
 webrtcvad says speech or not (speech.vad); this decides what a silence means. From `check_ms` of silence a
 signal gives the probability that the turn is complete: the language model's own (the sentence ends where the
-words stop: `llm.Engine.end_of_turn_probability` on the transcript so far), or Smart Turn's (an audio model of
-intonation and rhythm, below). A turn judged complete ends at once; one judged unfinished waits up to
+words stop: `llm.Engine.end_of_turn_probability` on the transcript so far, read by the pretrained base), or
+Smart Turn's (an audio model of intonation and rhythm, below). A turn judged complete ends at once; one judged unfinished waits up to
 `max_silence_ms` for the caller to go on, and one in between waits the plain VAD's `silence_ms`.
 """
 from dataclasses import dataclass
@@ -18,15 +18,16 @@ from speech.audio import SAMPLE_RATE_HZ, int16_to_float
 @dataclass(frozen=True)
 class EndpointPolicy:
     check_ms: int = 200             # the silence after which the signal is asked (drafting starts then too)
-    # NOTE: from `python -m speech.bench endpoint` (216 synthetic turns, 3 voices, clean / 20 / 10 dB): a
-    # sentence that can end where the words stop gets P >= 0.5 mostly, one that cannot < 0.001; with these
-    # thresholds the paused turns cut off went from 40.7% (the VAD alone) to 13.9% (7% without the 10 dB turns),
-    # with the median wait 639 ms against 600 on 2 CPU cores, where the judgement is ready ~600 ms into the silence.
-    # unfinished_below was 0.005 until 2026-12-03: finished questions a longer one could go on from ("What's your
-    # address" 0.0043, " on file" being likely) waited 1.5 s. On the same set (four-stage adapter), 0.005, 0.003
-    # and 0.002 cut off the same 18.5% of paused turns, 0.001 19.4%, 0.0005 22.2%; 0.002 is the lowest that cost none.
-    complete_at: float = 0.5        # P(complete) from which the turn ends at once
-    unfinished_below: float = 0.002  # P(complete) under which the caller gets max_silence_ms to go on
+    # NOTE: from `python -m speech.bench endpoint` (216 synthetic turns, 3 voices, clean / 20 / 10 dB) with the base
+    # model's judgement (llm.Engine.end_of_turn_probability): complete_at 0.5 / 0.3 / 0.2 waited 600 / 315 / 312 ms
+    # (median, complete turns) and, with unfinished_below 0.01, cut off 15.7 / 21.3 / 25.0% of the paused turns
+    # (the fixed 600 ms VAD 40.7%); unfinished_below 0.002 / 0.005 / 0.01 cut 27.8 / 23.1 / 21.3% at 0.3. The adapted
+    # model's judgement (until 2026-12-06, 0.5 and 0.002) waited 322 ms and cut 19.4% there, but read finished
+    # questions as unfinished: of 137 finished caller turns as text (the set's, the development set's, four more),
+    # 14 under 0.002 ("What's your address" 0.004: 1.5 s of silence); the base at 0.3 and 0.01 gives 3 of them
+    # 1.5 s, and 20 of 21 unfinished ones (19 before). `python -m app.bench`: the README's "End of turn".
+    complete_at: float = 0.3        # P(complete) from which the turn ends at once
+    unfinished_below: float = 0.01  # P(complete) under which the caller gets max_silence_ms to go on
     silence_ms: int = 600           # the wait in between (the plain VAD's)
     max_silence_ms: int = 1500
 

@@ -119,8 +119,7 @@ class Drafting:
         if draft.p_complete is not None:
             judge = services.engine.end_of_turn_probability
             try:
-                draft.p_complete.set_result(await self._speculate(services.llm_lanes, draft, judge,
-                                                                  self.agent.prompt(), text))
+                draft.p_complete.set_result(await self._speculate(services.llm_lanes, draft, judge, text))
             except Exception:
                 log.exception("end-of-turn judgement failed; the VAD decides")
         if not self.options.answer_turns:

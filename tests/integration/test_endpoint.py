@@ -65,12 +65,14 @@ def test_the_endpoint_set_is_labeled_turns_in_several_voices_and_noise(synthesiz
 
 @pytest.mark.slow
 def test_the_model_hears_whether_a_sentence_can_end_there(brain):
-    context = [{"role": "system", "content": "You answer the phone for Lakeside Dental. Be brief."}]
-    complete = [brain.end_of_turn_probability(context, t) for t in
-                ("Do you have anything open tomorrow morning?", "Thanks, that's all I needed.")]
-    unfinished = [brain.end_of_turn_probability(context, t) for t in
+    """The pretrained base's reading, not the adapted model's: the adapter read "What's your address" as a sentence
+    that goes on (0.004), so a finished question waited 1.5 s."""
+    complete = [brain.end_of_turn_probability(t) for t in
+                ("Do you have anything open tomorrow morning?", "Thanks, that's all I needed.", "What's your address?")]
+    unfinished = [brain.end_of_turn_probability(t) for t in
                   ("I'd like to book a", "Can I get an appointment on", "The best number to reach me is.")]
-    assert min(complete) > 0.5 and max(unfinished) < EndpointPolicy().unfinished_below, (complete, unfinished)
+    policy = EndpointPolicy()
+    assert min(complete) >= policy.complete_at and max(unfinished) < policy.unfinished_below, (complete, unfinished)
 
 
 class JudgingEngine(FakeEngine):
@@ -79,7 +81,7 @@ class JudgingEngine(FakeEngine):
 
     left_to_right = True
 
-    def end_of_turn_probability(self, messages, text):
+    def end_of_turn_probability(self, text):
         self.judged.append(text)
         return 0.9 if "friday" in text.lower() else 0.0001
 

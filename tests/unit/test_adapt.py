@@ -2,6 +2,7 @@
 on tiny random models: training's attention is the sampler's, the adapter starts as the base and merges exactly, and
 adaptation is deterministic."""
 import dataclasses
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import torch
@@ -10,6 +11,7 @@ from llm import lora
 from llm.adapt import AdaptOptions, Example, adapt, apply_adapter
 from llm.blockdiff import block_batch, kept_log_probs, packed_loss
 from llm.passes import Pass, passes
+from llm.quant import fbgemm_available, pack_fp16
 from tests.checkpoints import TINY_MASK as MASK, random_ids, tiny_block_model
 
 
@@ -152,3 +154,39 @@ def test_adapt_with_a_teacher_keeps_the_callers_words_closer_to_the_base():
         with torch.no_grad():
             divergence[weight] = _divergence_from_base(model, tiny_block_model(), packed)
     assert divergence[1.0] < divergence[0.0] / 2
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("packing", [None, "fp16"])
+def test_a_merged_adapter_taken_off_gives_the_base_model_back(packing):
+    """Within MergedAdapter.removed() the adapted model computes as its base, its projections fused or not
+    (q, k and v packed as one product lose their three updates at once); outside it, and on other threads, it
+    stays the adapted model, and its hooks are gone."""
+    base = tiny_block_model()
+    ids = torch.tensor([random_ids(12)])
+    want_base = base(ids)
+    lora.add_lora(base, rank=4, alpha=8.0, seed=0)
+    for name, p in base.named_parameters():
+        if name.endswith("lora_b"):
+            p.normal_(std=0.05, generator=torch.Generator().manual_seed(2))
+    adapter = lora.adapter_state(base)
+    model = tiny_block_model()
+    apply_adapter(model, adapter, 2.0, MASK)
+    if packing == "fp16":
+        if not fbgemm_available():
+            pytest.skip("fp16 packing needs fbgemm")
+        pack_fp16(model)
+    adapted = model(ids)
+    merged = lora.MergedAdapter(model, adapter, 2.0)
+    moved = (adapted - want_base).abs().max()
+    assert moved > 0.05   # the adapter changes the model
+    with merged.removed():
+        if packing:   # the merged weights rounded to fp16: within a twentieth of what the adapter moved
+            assert (model(ids) - want_base).abs().max() < moved / 20
+        else:
+            torch.testing.assert_close(model(ids), want_base, atol=1e-5, rtol=1e-4)
+        with ThreadPoolExecutor(1) as pool:   # another thread, as another session's pass would run
+            elsewhere = pool.submit(lambda: model(ids).detach()).result()
+    torch.testing.assert_close(elsewhere, adapted)
+    torch.testing.assert_close(model(ids), adapted)
+    assert not any(m._forward_hooks for m in model.modules())

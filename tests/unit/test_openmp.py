@@ -118,3 +118,19 @@ def test_no_cores_lent_where_whispers_pool_or_a_small_model_would_share_them(mon
     assert two_whisper_threads.engine.batcher.threads is None
     assert small.engine.batcher.threads is None
     assert services_module.asr_threads() == 1
+
+
+@torch.no_grad()
+def test_no_batch_runs_beside_an_exclusive_span():
+    """A pass asked while another thread runs its own forwards (PassBatcher.exclusive: the base model's, for the
+    end-of-turn judgement) waits for them: two forwards at once would share the same cores."""
+    model = tiny_block_model()
+    batcher, order = PassBatcher(model, TINY_MASK), []
+    one = Pass(model.new_cache(1, 64), 0, torch.tensor(random_ids(8)))
+    with batcher.exclusive():
+        waiting = threading.Thread(target=lambda: (batcher.run(one, slice(-1, None)), order.append("batch")))
+        waiting.start()
+        waiting.join(0.3)
+        order.append("exclusive")
+    waiting.join(30)
+    assert order == ["exclusive", "batch"]
