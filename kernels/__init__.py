@@ -4,12 +4,13 @@
 (`PARLEY_KERNELS=rms_norm,swiglu`: the others run torch's). auto runs in Triton the ops of AUTO_TRITON_OPS on CUDA
 tensors, and torch's everywhere else. With `TRITON_INTERPRET=1 PARLEY_KERNELS=triton` the Triton kernels run on
 CPU tensors through Triton's interpreter. The variable is read once, on the first call. Without Triton installed,
-auto uses the torch references.
+or on a CPU without the interpreter (where Triton is not even imported: kernels/_triton.py), auto uses the torch
+references.
 """
 import functools
 import os
 
-from kernels._triton import HAS_TRITON, INTERPRET
+from kernels._triton import HAS_TRITON, INTERPRET, WHY_NOT
 from kernels import attention as _attention
 from kernels import confidence_argmax as _confidence_argmax
 from kernels import rms_norm as _rms_norm
@@ -48,7 +49,7 @@ def backend() -> str:
                              f"list of the ops to run in Triton ({', '.join(OPS)})")
         choice = ",".join(op for op in OPS if op in ops)
     if choice not in ("auto", "torch") and not HAS_TRITON:
-        raise ValueError(f"PARLEY_KERNELS={choice} but Triton is not installed: install it, or choose auto or torch")
+        raise ValueError(f"PARLEY_KERNELS={choice}, but {WHY_NOT}; or choose auto or torch")
     return choice
 
 

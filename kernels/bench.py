@@ -178,12 +178,12 @@ def main(argv=None) -> None:
     parser.add_argument("--no-compile", action="store_true", help="skip the torch.compile'd reference")
     parser.add_argument("--reps", type=int, default=5, help="timed calls per CPU measurement")
     args = parser.parse_args(argv)
-    if not HAS_TRITON:
-        sys.exit("kernels.bench needs Triton: pip install triton")
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if dev.type == "cpu" and not INTERPRET:  # the kernels were decorated already: run again, interpreted
+    if dev.type == "cpu" and not INTERPRET:  # decorated already, or Triton not imported: run again, interpreted
         os.environ["TRITON_INTERPRET"] = "1"
         os.execv(sys.executable, [sys.executable, "-m", "kernels.bench", *sys.argv[1:]])
+    if not HAS_TRITON:
+        sys.exit("kernels.bench needs Triton: pip install triton")
     dt = getattr(torch, args.dtype)
     if dev.type == "cpu":
         torch.set_num_threads(1)  # NOTE: 2 OpenMP threads on a shared 2-core box stalled compiled refs 12-16 ms

@@ -3,8 +3,9 @@
 webrtcvad says speech or not (speech.vad); this decides what a silence means. From `check_ms` of silence a
 signal gives the probability that the turn is complete: the language model's own (the sentence ends where the
 words stop: `llm.Engine.end_of_turn_probability` on the transcript so far, read by the pretrained base), or
-Smart Turn's (an audio model of intonation and rhythm, below). A turn judged complete ends at once; one judged unfinished waits up to
-`max_silence_ms` for the caller to go on, and one in between waits the plain VAD's `silence_ms`.
+Smart Turn's (an audio model of intonation and rhythm, below). A turn judged complete ends at once; one judged
+unfinished waits up to `max_silence_ms` for the caller to go on, and one in between waits the plain VAD's
+`silence_ms`.
 """
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, distribution

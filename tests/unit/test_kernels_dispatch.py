@@ -117,3 +117,23 @@ def test_each_choice_runs_swiglu_on_cuda_tensors_where_it_says(choose, monkeypat
     x = torch.randn(3, 16, device="cuda")
     torch.testing.assert_close(kernels.swiglu(x, x), kernels.swiglu_ref(x, x))
     assert calls == (["swiglu"] if in_triton else [])
+
+
+def test_a_cpu_process_without_the_interpreter_never_imports_triton():
+    """Where no kernel can run (no GPU, no TRITON_INTERPRET), Triton is not imported (~70 MB of memory), the torch
+    references run, and asking for the kernels says what they need."""
+    script = (
+        "import os, sys, torch, llm, kernels\n"
+        "x = torch.randn(3, 16)\n"
+        "assert torch.equal(kernels.swiglu(x, x), kernels.swiglu_ref(x, x))\n"
+        "print('triton' in sys.modules)\n"
+        "os.environ['PARLEY_KERNELS'] = 'triton'; kernels.backend.cache_clear()\n"
+        "try:\n    kernels.swiglu(x, x)\nexcept ValueError as e:\n    print(e)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("PARLEY_KERNELS", "TRITON_INTERPRET")}
+    env["CUDA_VISIBLE_DEVICES"] = ""   # no GPU, on a machine with one too
+    done = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    imported, reason = done.stdout.splitlines()[:2]
+    assert imported == "False" and "TRITON_INTERPRET=1" in reason
