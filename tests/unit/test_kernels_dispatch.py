@@ -120,13 +120,18 @@ def test_each_choice_runs_swiglu_on_cuda_tensors_where_it_says(choose, monkeypat
 
 
 def test_a_cpu_process_without_the_interpreter_never_imports_triton():
-    """Where no kernel can run (no GPU, no TRITON_INTERPRET), Triton is not imported (~70 MB of memory), the torch
-    references run, and asking for the kernels says what they need."""
+    """Where no kernel can run (no GPU, no TRITON_INTERPRET), neither Triton nor torch._dynamo is imported (~140 MB
+    of memory), not even by a model made on the meta device; the torch references run, and asking for the kernels
+    says what they need."""
     script = (
         "import os, sys, torch, llm, kernels\n"
+        "from llm.model import ModelArgs, Transformer\n"
+        "with torch.device('meta'):\n"   # as a checkpoint's model is made, before its weights are loaded
+        "    Transformer(ModelArgs(d_model=64, n_layers=2, n_heads=4, n_kv_heads=2, mlp_hidden_size=128,"
+        " vocab_size=96, max_sequence_length=64))\n"
         "x = torch.randn(3, 16)\n"
         "assert torch.equal(kernels.swiglu(x, x), kernels.swiglu_ref(x, x))\n"
-        "print('triton' in sys.modules)\n"
+        "print('triton' in sys.modules or 'torch._dynamo' in sys.modules)\n"
         "os.environ['PARLEY_KERNELS'] = 'triton'; kernels.backend.cache_clear()\n"
         "try:\n    kernels.swiglu(x, x)\nexcept ValueError as e:\n    print(e)\n"
     )
