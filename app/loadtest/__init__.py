@@ -9,8 +9,10 @@ the bundled Piper voice at real-time pace, plays the reply back at real-time pac
 realtime, a client of OpenAI's Realtime API with server VAD (app.loadtest.realtime_caller). Several transports (comma-separated)
 run one after the other, each level in turn, so their figures come from the same run. A turn's
 voice-to-voice latency is the time from the last voiced 20 ms frame the caller sent to the first voiced frame of
-the reply it heard: what a caller waits, network and pacing included. A turn with no reply within --timeout is
-unanswered; a call the server closed before the caller hung up is dropped.
+the reply it heard: what a caller waits, network and pacing included. Louder than near-silence, that frame misses
+a last word's faint ending (the "s" of "address"), which the caller still says: the p50 from the words' end counts
+from the question's last frame within 40 dB of its loudest (`faint_ending_ms`). A turn with no reply within
+--timeout is unanswered; a call the server closed before the caller hung up is dropped.
 
 Without --url it starts `parley serve` on a free port (the default models, a throwaway appointments file) and
 stops it at the end. The server's RSS, open files, threads and event-loop lag come from its /healthz. The
@@ -53,12 +55,15 @@ QUESTIONS = (
     "What's your phone number?",
 )
 CAPACITY_P95_MS = 1500.0
+SPEECH_RANGE_DB = 40.0   # a question's frames within this of its loudest are its words (faint_ending_ms)
+RATES_HZ = {"twilio": 8_000, "webrtc": RTC_RATE_HZ, "realtime": REALTIME_RATE_HZ}
 QUIET_S = 1.5          # a reply is over when nothing voiced was heard for this long
 
 
 @dataclass
 class CallResult:
     latencies_ms: list[float] = field(default_factory=list)   # one per answered turn
+    asked: list[int] = field(default_factory=list)            # the question (index) of each answered turn
     unanswered: int = 0
     dropped: bool = False        # the server closed the call before the caller hung up
     not_closed: bool = False     # the caller hung up and the server never closed the socket
@@ -101,6 +106,7 @@ async def _ask(line: _Line, questions: list[np.ndarray], turns: int, first: int,
             result.unanswered += 1
             continue
         result.latencies_ms.append((first_heard - last_voiced) * 1000)
+        result.asked.append((first + turn) % len(questions))
         await _quiet(line.heard, 60, line.closed)
     result.dropped = line.closed()
 
@@ -172,13 +178,26 @@ async def refusable(call) -> CallResult:
     return CallResult(refused=True)
 
 
+def faint_ending_ms(audio: np.ndarray, rate_hz: int) -> float:
+    """How long a question's last word goes on, fading, after its last frame loud enough to count as voiced
+    (VOICED_RMS): to its last frame within SPEECH_RANGE_DB of its loudest. NOTE: "What's your address?" ends in an
+    "s" held ~120 ms at RMS ~220 over the line, which a caller says and the server's VAD hears: timed from the last
+    loud frame, its turn counted ~200 ms the caller did not wait (2026-12-06)."""
+    n = rate_hz // 50
+    levels = np.sqrt((audio[: len(audio) // n * n].reshape(-1, n).astype(np.float64) ** 2).mean(axis=1))
+    loud = np.flatnonzero(levels > VOICED_RMS)
+    if not len(loud):
+        return 0.0
+    said = np.flatnonzero(levels > levels.max() * 10 ** (-SPEECH_RANGE_DB / 20))
+    return float(max(0, said[-1] - loud[-1]) * 20)
+
+
 def spoken_questions(tts, transport: str) -> list[np.ndarray]:
     """QUESTIONS in the bundled voice as the transport's caller speaks them: 8 kHz for Twilio (after 0.2 s of
     silence), 48 kHz for WebRTC, 24 kHz for the Realtime API."""
     if transport == "twilio":
         return [speak_8k(tts, q) for q in QUESTIONS]
-    rate = {"webrtc": RTC_RATE_HZ, "realtime": REALTIME_RATE_HZ}[transport]
-    return [resample(tts.synthesize(q), tts.sample_rate_hz, rate) for q in QUESTIONS]
+    return [resample(tts.synthesize(q), tts.sample_rate_hz, RATES_HZ[transport]) for q in QUESTIONS]
 
 
 async def _first_after(times, t0: float, timeout_s: float, closed) -> float | None:
@@ -233,9 +252,12 @@ async def run_level(url: str, k: int, questions, turns: int, timeout_s: float, s
                                      for i in range(k)))
     after = await health(url)
     latencies = [ms for r in results for ms in r.latencies_ms]
+    endings = [faint_ending_ms(q, RATES_HZ[transport]) for q in questions]
+    from_end = [ms - endings[i] for r in results for ms, i in zip(r.latencies_ms, r.asked)]
     asked = sum(len(r.latencies_ms) + r.unanswered for r in results)
     return {"transport": transport, "calls": k, "turns": asked, "answered": len(latencies),
             "p50": percentile(latencies, 0.5), "p95": percentile(latencies, 0.95),
+            "p50_end": percentile(from_end, 0.5),
             "refused": sum(r.refused for r in results), "dropped": sum(r.dropped for r in results),
             "not_closed": sum(r.not_closed for r in results),
             "rss_mb": after["process"]["rss_mb"], "fds": after["process"]["open_fds"],
@@ -244,11 +266,13 @@ async def run_level(url: str, k: int, questions, turns: int, timeout_s: float, s
 
 
 def table(rows: list[dict]) -> str:
-    out = ["| transport | calls | refused | turns | answered | v2v p50 ms | v2v p95 ms | dropped | not closed | RSS MB "
-           "| fds | threads | loop lag p99 ms |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    out = ["| transport | calls | refused | turns | answered | v2v p50 ms | v2v p95 ms | p50 from the words' end ms "
+           "| dropped | not closed | RSS MB | fds | threads | loop lag p99 ms |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         out.append(f"| {r['transport']} | {r['calls']} | {r['refused']} | {r['turns']} | {r['answered']} | "
-                   f"{r['p50']:.0f} | {r['p95']:.0f} | {r['dropped']} | {r['not_closed']} | {r['rss_mb']} | "
+                   f"{r['p50']:.0f} | {r['p95']:.0f} | {r['p50_end']:.0f} | {r['dropped']} | {r['not_closed']} | "
+                   f"{r['rss_mb']} | "
                    f"{r['fds']} | {r['threads']} | {r['lag_p99']} |")
     return "\n".join(out)
 

@@ -326,7 +326,7 @@ async def healthz(host: str) -> dict:
 
 
 def test_the_load_generator_times_every_turn_from_the_callers_side(phone, speech):
-    from app.loadtest import capacity, churn, percentile, run_level, table
+    from app.loadtest import capacity, churn, faint_ending_ms, percentile, run_level, table
 
     host, app, _ = phone
     _, tts = speech
@@ -335,6 +335,12 @@ def test_the_load_generator_times_every_turn_from_the_callers_side(phone, speech
     assert row["turns"] == row["answered"] == 4 and not row["refused"] and not row["dropped"] and not row["not_closed"]
     # the caller waits at least the server's end-of-turn silence, and far less than the timeout
     assert 600 <= row["p50"] <= row["p95"] < 10_000, row
+    # timed from the words' end, the faint ending of the last word counts as said
+    assert row["p50_end"] <= row["p50"]
+    assert faint_ending_ms(speak_8k(tts, "What's your address?"), 8000) >= 100   # its "s", quiet over the line
+    tone = (3000 * np.sin(np.arange(8000) / 3)).astype(np.int16)
+    faded = np.concatenate([tone[:1600], tone[:800] // 15, np.zeros(1600, np.int16)])   # 200 ms, 100 ms at -24 dB
+    assert faint_ending_ms(faded, 8000) == 100.0 and faint_ending_ms(tone[:1600], 8000) == 0.0
     assert row["rss_mb"] > 0 and row["fds"] > 0 and row["threads"] > 0 and row["sessions_after"] == 0
     assert "| twilio | 2 | 0 | 4 | 4 |" in table([row])
     assert capacity([row]) == (2 if row["p95"] <= 1500 else 0)
