@@ -34,7 +34,7 @@ except ImportError:
     HAS_TRITON = False
     INTERPRET = False
     WHY_NOT = ("Triton runs its kernels on a CUDA GPU, or on the CPU with TRITON_INTERPRET=1 set before kernels is "
-               "imported" if _WANTED is False else "Triton is not installed: install it")
+               "imported" if not _WANTED else "Triton is not installed: install it")
 
     def jit(fn):
         """Without Triton a kernel stays an undecorated function; kernels/__init__.py never launches it."""

@@ -166,7 +166,6 @@ class Engine:
         return self.generate_ids(self.prompt_ids(messages), opts, on_block=on_block, cancel=cancel, seed=seed)
 
     @torch.inference_mode()
-    @torch.inference_mode()
     def end_of_turn_probability(self, text: str) -> float:
         """The pretrained base model's probability that the caller's words so far are a finished turn: that a
         sentence end (its end-of-turn token, ".", "?" or "!") comes next after `text` with its closing punctuation
@@ -176,7 +175,7 @@ class Engine:
         already in memory, one pass over the words.
         NOTE: the base, not the adapted model: the adapter, trained on the replies, moved its predictions of the
         caller's words ~3 nats a token from the base's, and finished questions with them ("What's your address"
-        0.004 against the base's 0.65, "Is there parking" 0.00003 against 0.009: under the unfinished turns'
+        0.004 against the base's 0.65, "Is there parking" 0.0000 against 0.009: under the unfinished turns'
         0.0001-0.003, so they waited 1.5 s). Kept close to the base by a training term instead (llm.adapt's
         teacher), the development set lost 7% of its turns. The words alone, with no conversation before them:
         the base read the same with the salon's system prompt and without it (137 finished turns, 21 unfinished,

@@ -40,7 +40,8 @@ from websockets.exceptions import InvalidStatus
 
 from app.loadtest.realtime_caller import RATE_HZ as REALTIME_RATE_HZ
 from app.loadtest.realtime_caller import RealtimeClient
-from app.loadtest.twilio_caller import VOICED_RMS, TwilioSimulator, is_voiced, speak_8k, wait_until
+from app.loadtest.twilio_caller import (VOICED_RMS, TwilioSimulator, frame_levels, is_voiced, speak_8k,
+                                        wait_until)
 from app.loadtest.webrtc_caller import Client, Refused, ScriptedMicrophone
 from app.transports.webrtc import RTC_RATE_HZ
 from speech.audio import resample
@@ -183,8 +184,7 @@ def faint_ending_ms(audio: np.ndarray, rate_hz: int) -> float:
     (VOICED_RMS): to its last frame within SPEECH_RANGE_DB of its loudest. NOTE: "What's your address?" ends in an
     "s" held ~120 ms at RMS ~220 over the line, which a caller says and the server's VAD hears: timed from the last
     loud frame, its turn counted ~200 ms the caller did not wait (2026-12-06)."""
-    n = rate_hz // 50
-    levels = np.sqrt((audio[: len(audio) // n * n].reshape(-1, n).astype(np.float64) ** 2).mean(axis=1))
+    levels = frame_levels(audio, rate_hz)
     loud = np.flatnonzero(levels > VOICED_RMS)
     if not len(loud):
         return 0.0
@@ -272,8 +272,7 @@ def table(rows: list[dict]) -> str:
     for r in rows:
         out.append(f"| {r['transport']} | {r['calls']} | {r['refused']} | {r['turns']} | {r['answered']} | "
                    f"{r['p50']:.0f} | {r['p95']:.0f} | {r['p50_end']:.0f} | {r['dropped']} | {r['not_closed']} | "
-                   f"{r['rss_mb']} | "
-                   f"{r['fds']} | {r['threads']} | {r['lag_p99']} |")
+                   f"{r['rss_mb']} | {r['fds']} | {r['threads']} | {r['lag_p99']} |")
     return "\n".join(out)
 
 

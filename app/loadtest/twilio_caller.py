@@ -145,8 +145,13 @@ def is_voiced(frame: np.ndarray) -> bool:
     return bool(len(frame)) and float(np.sqrt(np.mean(frame.astype(np.float64) ** 2))) > VOICED_RMS
 
 
+def frame_levels(audio: np.ndarray, rate_hz: int = twilio.TWILIO_RATE_HZ) -> np.ndarray:
+    """The RMS of each whole 20 ms frame of int16 audio at rate_hz."""
+    n = rate_hz // 50
+    return np.sqrt((audio[: len(audio) // n * n].reshape(-1, n).astype(np.float64) ** 2).mean(axis=1))
+
+
 def voiced_seconds(chunks: list[np.ndarray]) -> float:
     """Seconds of 8 kHz audio in 20 ms frames louder than near-silence."""
     audio = np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.int16)
-    frames = audio[: len(audio) // 160 * 160].reshape(-1, 160).astype(np.float64)
-    return float((np.sqrt((frames ** 2).mean(axis=1)) > VOICED_RMS).sum() * 0.02)
+    return float((frame_levels(audio) > VOICED_RMS).sum() * 0.02)

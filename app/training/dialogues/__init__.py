@@ -131,8 +131,8 @@ def cases(dialogues: list[Dialogue]) -> list[Case]:
 
 def token_examples(dialogues: list[Dialogue], system, encode, style: str, end_of_turn: str):
     """Each dialogue as one llm.adapt.Example: its tokens in chat `style` (system message first), the token
-    span of every assistant reply and of every caller's turn's words, end-of-turn token included. `system`: the system message, or a function of the
-    dialogue's profile that writes it. `encode(text) -> ids` is the engine's tokenizer;
+    span of every assistant reply and of every caller's turn's words, end-of-turn token included. `system`: the
+    system message, or a function of the dialogue's profile that writes it. `encode(text) -> ids` is the engine's tokenizer;
     a span is found by encoding the conversation up to the reply's header and up to its end, so the tokens are
     exactly those the agent's prompt would have."""
     out = []
