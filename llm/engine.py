@@ -295,7 +295,8 @@ class Engine:
 
 class _Caches:
     """The exact KV caches of the block decoder: each generation borrows one for its duration, the one that
-    already holds the longest prefix of its prompt (a caller's own earlier turns). A cache new to the prompt
+    already holds the longest prefix of its prompt (a caller's own earlier turns) and nothing of another
+    conversation's (`_borrow`). A cache new to the prompt
     starts from a copy of the longest prefix any cache holds (the system prompt, shared by every caller: a
     copy of its keys costs milliseconds, its prefill a second). Up to `keep` idle caches are kept."""
 
@@ -318,17 +319,33 @@ class _Caches:
                 del self._idle[:-self.keep]
 
     def _borrow(self, prompt: list[int]) -> PrefixCache:
-        """A cache for `prompt`, its held ids already cut to the prefix it shares (PrefixCache.reuse): under the
-        lock, so the prefix another borrower's cache holds stays as it is while it is copied (a borrower only
-        writes past what its cache held when it was lent)."""
-        idle = max(self._idle, key=lambda c: shared_length(c.ids, prompt), default=None)
-        if idle is not None:
-            self._idle.remove(idle)
-            prefix = idle
+        """A cache for `prompt`, its held ids already cut to the prefix it shares (PrefixCache.reuse), and the
+        longest prefix any other cache holds copied in where that is longer: under the lock, so the prefix another
+        borrower's cache holds stays as it is while it is copied (a borrower only writes past what its cache held
+        when it was lent).
+
+        The idle cache chosen holds nothing the prompt does not start with, or holds the whole prompt (a reply
+        was written after it), so no other conversation loses its turns; of those, the one sharing the longest
+        prefix. Where there is none, a new cache, which may copy the prefix from any other.
+        NOTE: taking the idle cache that shared the longest prefix (of those sharing only the system prompt, the
+        oldest) let a phone caller's turn take another caller's conversation while its own cache was lent to its
+        draft: with two callers at once (app.loadtest, 2026-12-06) turns re-read 117-233 prompt tokens that a lone
+        caller's never did, and the other caller's next turn again; p95 1464-1560 ms with two callers after this
+        change alone, against 1580-2002 ms in four runs before (llm passes then slower still: speech.tts)."""
+        def shared(c: PrefixCache) -> int:
+            return shared_length(c.ids, prompt)
+
+        def own(c: PrefixCache) -> bool:   # it holds the prompt's start, or the prompt holds all it holds
+            return shared(c) in (len(c.ids), len(prompt))
+
+        best = max((c for c in self._idle if own(c)), key=shared, default=None)
+        if best is not None:
+            self._idle.remove(best)
+            prefix = best
         else:
             prefix = PrefixCache(self.model.new_cache(1, self.model.args.max_sequence_length))
         held = prefix.reuse(prompt)
-        source = max(self._lent, key=lambda c: shared_length(c.ids, prompt), default=None)
+        source = max(self._idle + self._lent, key=shared, default=None)
         n = 0 if source is None else min(shared_length(source.ids, prompt), len(prompt) - 1)
         if n > held:
             prefix.cache.k[:, :, :, :n] = source.cache.k[:, :, :, :n]

@@ -334,6 +334,30 @@ def test_a_cache_new_to_a_prompt_starts_from_the_prefix_another_generation_holds
 
 
 @torch.no_grad()
+def test_a_caller_never_takes_the_cache_of_another_callers_conversation():
+    # two callers' conversations after the same system prompt: neither A's turn nor A's draft, lent a cache while
+    # B's conversation is idle, takes B's (which shares only the system prompt with them); B's next turn finds its
+    # conversation where it left it
+    model = tiny_block_model()
+    caches = _Caches(model)
+    system = random_ids(30, 1)
+    a_turn, b_turn = system + random_ids(12, 2), system + random_ids(9, 3)
+    with caches.lent(b_turn) as b:
+        block_reply(model, b_turn, SPECIAL, BlockOptions(max_new_tokens=4, stop_at_eos=False), b)
+    b_held = list(b.ids)   # B's turn and its reply
+    with caches.lent(a_turn) as a_draft:   # a new cache, the system prompt copied from B's
+        assert a_draft is not b and a_draft.ids == system
+        torch.testing.assert_close(a_draft.cache.k[:, :, :, :30], b.cache.k[:, :, :, :30])
+        block_reply(model, a_turn, SPECIAL, BlockOptions(max_new_tokens=4, stop_at_eos=False), a_draft)
+        with caches.lent(a_turn + [5, 6]) as a:   # A's turn while its draft holds A's cache: A's prompt copied
+            assert a not in (a_draft, b) and a.ids == a_turn
+            torch.testing.assert_close(a.cache.k[:, :, :, :len(a_turn)], a_draft.cache.k[:, :, :, :len(a_turn)])
+    assert b.ids == b_held
+    with caches.lent(b_held + [7, 8]) as again:   # B's next turn: its reply, then the caller's words
+        assert again is b and again.ids == b_held
+
+
+@torch.no_grad()
 def test_a_long_prompt_is_prefilled_a_chunk_a_pass_with_the_same_reply():
     model = tiny_block_model()
     ids = random_ids(100)
