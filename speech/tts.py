@@ -1,5 +1,6 @@
 """Text to speech with Piper, clause by clause so the first words play before the reply is synthesized."""
 import importlib.resources
+import json
 import threading
 from pathlib import Path
 from typing import Iterator
@@ -29,8 +30,11 @@ class Synthesizer:
     assertions on sampled speech failed now and then, "two is booked" heard as "two's book").
     """
 
-    def __init__(self, voice_path: str | None = None, varied: bool = True):
+    def __init__(self, voice_path: str | None = None, varied: bool = True, threads: int = 0):
+        """threads: onnxruntime's intra-op threads for the voice (0: its default, one a physical core), which never
+        spin-wait between ops: a process that serves calls runs Whisper and the brain beside them (`voice_session`)."""
         from piper import PiperVoice, SynthesisConfig  # heavy import (onnxruntime), only where synthesis happens
+        from piper.config import PiperConfig
 
         path = Path(voice_path or DEFAULT_VOICE)
         config_path = Path(f"{path}.json")
@@ -40,7 +44,8 @@ class Synthesizer:
             raise ValueError(f"Piper voice config not found: {config_path} (expected beside the .onnx file)")
         self.voice_path = str(path)
         try:
-            self._voice = PiperVoice.load(path, config_path=config_path)
+            config = PiperConfig.from_dict(json.loads(config_path.read_text(encoding="utf-8")))
+            self._voice = PiperVoice(config=config, session=voice_session(path, threads))
         except Exception as exc:  # onnxruntime's load errors share no base class narrower than Exception
             raise ValueError(f"cannot load the Piper voice {path}: {exc}") from exc
         self.sample_rate_hz: int = self._voice.config.sample_rate
@@ -70,6 +75,22 @@ class Synthesizer:
     def warm_up(self) -> None:
         """Run one short synthesis so the first real reply does not pay onnxruntime's first-call cost."""
         self.synthesize("Hello there.")
+
+
+def voice_session(path: Path, threads: int):
+    """Piper's onnxruntime session for the voice at path, on `threads` intra-op threads (0: onnxruntime's default),
+    none of them spinning.
+
+    NOTE: Piper's own loader takes onnxruntime's defaults: a thread a physical core, each spinning between ops. On
+    2 AMD EPYC cores (2026-12-06) three phrases took 42 ms alone that way, but 89 ms beside a one-thread torch loop
+    of the brain's products, which ran 57% slower meanwhile; on one thread 73 and 75 ms, and the loop unslowed; two
+    threads without spinning 58 and 64 ms, the loop 30% slower. `parley serve`: app.pipeline.services.tts_threads."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return ort.InferenceSession(str(path), sess_options=options, providers=["CPUExecutionProvider"])
 
 
 SILENT_DB = -60.0   # a 5 ms frame this far below the loudest one is silence (Piper's edges: ~-85 dB)

@@ -65,7 +65,7 @@ class Services:
         # the recognizer expects the business's own words: "blow dry", not "blow drive"
         asr = (Transcriber(AsrOptions(model_dir=settings.asr_model, prompt=recognizer_prompt(profile),
                                       cpu_threads=asr_threads())) if speech else None)
-        tts = Synthesizer(settings.voice) if speech else None
+        tts = Synthesizer(settings.voice, threads=tts_threads()) if speech else None
         engine = llm.load(settings.llm_model, device=settings.llm_device)
         if speech:   # a core left to ASR and TTS; a text conversation keeps torch's choice (or --threads)
             _size_cpu_threads(engine)
@@ -162,6 +162,19 @@ def asr_threads() -> int:
     passes the other core (_lend_idle_cores)."""
     cores = os.cpu_count() or 1
     return 1 if cores <= 2 else AsrOptions().cpu_threads
+
+
+def tts_threads() -> int:
+    """Piper's onnxruntime threads in a process that serves calls: one on 2 cores, onnxruntime's default (a thread a
+    physical core) on more; none spins (speech.tts.voice_session).
+
+    NOTE: on 2 cores Piper's two spinning threads took a core from the brain's passes and from Whisper whenever a
+    reply was synthesized beside them (speech.tts.voice_session). Phone callers at once (app.loadtest, 2 AMD EPYC
+    cores, 2026-12-06, the same hour, both with llm.engine's cache choice of that day): p95 1340 / 1260 ms with two
+    callers and 1320 with four, against 1560 / 1464 and 1479 with Piper on onnxruntime's defaults. A lone caller
+    pays for it where the first phrase is not drafted: `app.bench`'s tts_ttfb 136 ms against 105 without drafting,
+    e2e 605 against 589 ms with the default policy (where the draft synthesizes it during the silence)."""
+    return 1 if (os.cpu_count() or 1) <= 2 else 0
 
 
 def _lend_idle_cores(services: Services) -> None:

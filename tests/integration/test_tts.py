@@ -28,6 +28,23 @@ def test_piper_speaks_a_sentence(synthesizer, transcriber):
     assert word_error_rate(text, heard) <= 0.10, heard
 
 
+def test_a_voice_on_one_thread_that_never_spins_says_what_piper_says():
+    from piper import PiperVoice, SynthesisConfig  # only to compare: the voice as Piper's own loader makes it
+
+    ours = Synthesizer(varied=False, threads=1)
+    options = ours._voice.session.get_session_options()
+    assert options.intra_op_num_threads == 1
+    assert options.get_session_config_entry("session.intra_op.allow_spinning") == "0"
+    text = "We're open nine to six on Tuesday."
+    theirs = PiperVoice.load(DEFAULT_VOICE).synthesize(text, syn_config=SynthesisConfig(noise_scale=0.0,
+                                                                                          noise_w_scale=0.0))
+    expected = np.concatenate([chunk.audio_int16_array for chunk in theirs])
+    audio = ours.synthesize(text)   # Piper's edges cut: a slice of the same samples
+    start = int(np.flatnonzero(np.all(
+        np.lib.stride_tricks.sliding_window_view(expected, 64) == audio[:64], axis=1))[0])
+    assert np.abs(audio.astype(np.int32) - expected[start:start + audio.size]).max() <= 1
+
+
 def test_stream_yields_the_first_clause_before_the_whole_reply_is_synthesized(synthesizer):
     start = time.perf_counter()
     first_s, clauses = None, []
