@@ -33,7 +33,8 @@ class Synthesizer:
     def __init__(self, voice_path: str | None = None, varied: bool = True, threads: int = 0):
         """threads: onnxruntime's intra-op threads for the voice (0: its default, one a physical core), which never
         spin-wait between ops: a process that serves calls runs Whisper and the brain beside them (`voice_session`)."""
-        from piper import PiperVoice, SynthesisConfig  # heavy import (onnxruntime), only where synthesis happens
+        # heavy imports (onnxruntime), only where synthesis happens
+        from piper import PiperVoice, SynthesisConfig
         from piper.config import PiperConfig
 
         path = Path(voice_path or DEFAULT_VOICE)
@@ -85,7 +86,7 @@ def voice_session(path: Path, threads: int):
     2 AMD EPYC cores (2026-12-06) three phrases took 42 ms alone that way, but 89 ms beside a one-thread torch loop
     of the brain's products, which ran 57% slower meanwhile; on one thread 73 and 75 ms, and the loop unslowed; two
     threads without spinning 58 and 64 ms, the loop 30% slower. `parley serve`: app.pipeline.services.tts_threads."""
-    import onnxruntime as ort
+    import onnxruntime as ort   # with the voice: loaded where synthesis happens (Piper's own import)
 
     options = ort.SessionOptions()
     options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
