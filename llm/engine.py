@@ -244,6 +244,14 @@ class Engine:
             sequences.append(self.tokenizer.encode(text, add_special_tokens=False).ids[skips[opening]:])
         self.drafter.study(sequences)
 
+    def hold_only(self, messages: list[dict]) -> None:
+        """Cut every idle KV cache back to what it shares with `messages` (a system prompt): what the warm-up's
+        turn wrote after it is no conversation's, and a cache holding only the shared prefix is every caller's."""
+        ids = self.prompt_ids(messages)
+        with self._caches._lock:
+            for prefix in self._caches._idle:
+                del prefix.ids[shared_length(prefix.ids, ids):]
+
     def forget_earlier(self) -> None:
         """Drop what earlier generations left: the reused KV caches (the next block generation prefills its whole
         prompt) and the drafter's remembered replies (a benchmark's repeats would guess themselves whole)."""
@@ -326,7 +334,9 @@ class _Caches:
 
         The idle cache chosen holds nothing the prompt does not start with, or holds the whole prompt (a reply
         was written after it), so no other conversation loses its turns; of those, the one sharing the longest
-        prefix. Where there is none, a new cache, which may copy the prefix from any other.
+        prefix. Where there is none, a new cache, which may copy the prefix from any other; or, with `keep` idle
+        already, the least recently returned, which the next return would give back (a new cache's fresh pages cost
+        a fresh process's first turns: `python ../shared/evalsets/check_dev.py` 263.2 ms a turn against 248.4).
         NOTE: taking the idle cache that shared the longest prefix (of those sharing only the system prompt, the
         oldest) let a phone caller's turn take another caller's conversation while its own cache was lent to its
         draft: with two callers at once (app.loadtest, 2026-12-06) turns re-read 117-233 prompt tokens that a lone
@@ -339,6 +349,8 @@ class _Caches:
             return shared(c) in (len(c.ids), len(prompt))
 
         best = max((c for c in self._idle if own(c)), key=shared, default=None)
+        if best is None and len(self._idle) >= self.keep:
+            best = self._idle[0]   # the one the next return gives back anyway (`lent`): its memory, not a new one's
         if best is not None:
             self._idle.remove(best)
             prefix = best

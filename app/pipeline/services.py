@@ -95,7 +95,11 @@ class Services:
         # The agent's own first generation of a turn, without history or tools: its decoding path, the system
         # prompt left in a reused KV cache (cache "block"), and the reply grammar (the tokenizer's index, ~0.4 s,
         # built once). The first call's first turn was ~1 s slower than the next without it.
-        self.new_agent().draft("Hello, what are your hours?")
+        agent = self.new_agent()
+        agent.draft("Hello, what are your hours?")
+        # what the draft wrote after the system prompt is no caller's: the first caller's turn then takes the cache
+        # holding the system prompt, not a new one (llm.engine._Caches)
+        self.engine.hold_only(agent.prompt())
         _return_freed_memory()
         self.ready = True
         log.info("models warm in %.1f s", time.perf_counter() - t0)

@@ -358,6 +358,21 @@ def test_a_caller_never_takes_the_cache_of_another_callers_conversation():
 
 
 @torch.no_grad()
+def test_with_every_idle_cache_kept_a_new_conversation_takes_the_one_given_back_next():
+    model = tiny_block_model()
+    caches = _Caches(model, keep=2)
+    system = random_ids(30, 1)
+    held = []
+    for seed in (2, 3):
+        with caches.lent(system + random_ids(8, seed)) as c:
+            c.ids += system[len(c.ids):] + random_ids(8, seed)   # as if its prompt had been run
+            held.append(c)
+    with caches.lent(system + random_ids(8, 4)) as third:
+        assert third is held[0] and third.ids == system   # the least recently returned, cut back: no new cache
+    assert caches._idle == [held[1], third]
+
+
+@torch.no_grad()
 def test_a_long_prompt_is_prefilled_a_chunk_a_pass_with_the_same_reply():
     model = tiny_block_model()
     ids = random_ids(100)
