@@ -62,6 +62,9 @@ class FakeEngine:
                 on_block(block)
         return FakeGeneration(text, passes, len(text.split()), time.perf_counter() - t0, first_block_s, "eos")
 
+    def hold_only(self, messages) -> None:
+        """Engine.hold_only: no KV caches here to cut back."""
+
 
 def last_user(messages: list[dict]) -> str:
     return next(m["content"] for m in reversed(messages) if m["role"] == "user")
