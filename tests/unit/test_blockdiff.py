@@ -314,6 +314,11 @@ def test_a_pass_too_long_fails_its_own_generation_not_the_batch():
     assert len(errors) == 1 and "exceeds max_sequence_length" in str(errors[0])
 
 
+def written(model, prompt: list[int], prefix: PrefixCache, tokens: int = 4):
+    """A reply of `tokens` tokens after prompt on prefix's cache (its keys join the cache)."""
+    return block_reply(model, prompt, SPECIAL, BlockOptions(max_new_tokens=tokens, stop_at_eos=False), prefix)
+
+
 @torch.no_grad()
 def test_a_cache_new_to_a_prompt_starts_from_the_prefix_another_generation_holds():
     model = tiny_block_model()
@@ -321,13 +326,12 @@ def test_a_cache_new_to_a_prompt_starts_from_the_prefix_another_generation_holds
     system = random_ids(30, 1)
     first, second = system + random_ids(5, 2), system + random_ids(7, 3)
     with caches.lent(first) as a:
-        block_reply(model, first, SPECIAL, BlockOptions(max_new_tokens=4, stop_at_eos=False), a)
+        written(model, first, a)
         with caches.lent(second) as b:   # lent while a is: a new cache, with the system prompt's keys copied
             assert b is not a and b.ids == system
             torch.testing.assert_close(b.cache.k[:, :, :, :30], a.cache.k[:, :, :, :30])
-            warm = block_reply(model, second, SPECIAL, BlockOptions(max_new_tokens=6, stop_at_eos=False), b)
-    cold = block_reply(model, second, SPECIAL, BlockOptions(max_new_tokens=6, stop_at_eos=False),
-                       PrefixCache(model.new_cache(1, 256)))
+            warm = written(model, second, b, 6)
+    cold = written(model, second, PrefixCache(model.new_cache(1, 256)), 6)
     assert warm.tokens == cold.tokens
     with caches.lent(second) as again:   # idle now: the one that held this very prompt
         assert again is b and again.ids == second[:-1]
@@ -343,12 +347,12 @@ def test_a_caller_never_takes_the_cache_of_another_callers_conversation():
     system = random_ids(30, 1)
     a_turn, b_turn = system + random_ids(12, 2), system + random_ids(9, 3)
     with caches.lent(b_turn) as b:
-        block_reply(model, b_turn, SPECIAL, BlockOptions(max_new_tokens=4, stop_at_eos=False), b)
+        written(model, b_turn, b)
     b_held = list(b.ids)   # B's turn and its reply
     with caches.lent(a_turn) as a_draft:   # a new cache, the system prompt copied from B's
         assert a_draft is not b and a_draft.ids == system
         torch.testing.assert_close(a_draft.cache.k[:, :, :, :30], b.cache.k[:, :, :, :30])
-        block_reply(model, a_turn, SPECIAL, BlockOptions(max_new_tokens=4, stop_at_eos=False), a_draft)
+        written(model, a_turn, a_draft)
         with caches.lent(a_turn + [5, 6]) as a:   # A's turn while its draft holds A's cache: A's prompt copied
             assert a not in (a_draft, b) and a.ids == a_turn
             torch.testing.assert_close(a.cache.k[:, :, :, :len(a_turn)], a_draft.cache.k[:, :, :, :len(a_turn)])
