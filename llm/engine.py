@@ -247,10 +247,7 @@ class Engine:
     def hold_only(self, messages: list[dict]) -> None:
         """Cut every idle KV cache back to what it shares with `messages` (a system prompt): what the warm-up's
         turn wrote after it is no conversation's, and a cache holding only the shared prefix is every caller's."""
-        ids = self.prompt_ids(messages)
-        with self._caches._lock:
-            for prefix in self._caches._idle:
-                del prefix.ids[shared_length(prefix.ids, ids):]
+        self._caches.hold_only(self.prompt_ids(messages))
 
     def forget_earlier(self) -> None:
         """Drop what earlier generations left: the reused KV caches (the next block generation prefills its whole
@@ -358,13 +355,19 @@ class _Caches:
             prefix = PrefixCache(self.model.new_cache(1, self.model.args.max_sequence_length))
         held = prefix.reuse(prompt)
         source = max(self._idle + self._lent, key=shared, default=None)
-        n = 0 if source is None else min(shared_length(source.ids, prompt), len(prompt) - 1)
+        n = 0 if source is None else min(shared(source), len(prompt) - 1)
         if n > held:
             prefix.cache.k[:, :, :, :n] = source.cache.k[:, :, :, :n]
             prefix.cache.v[:, :, :, :n] = source.cache.v[:, :, :, :n]
             prefix.ids[:] = prompt[:n]
         self._lent.append(prefix)
         return prefix
+
+    def hold_only(self, ids: list[int]) -> None:
+        """Cut every idle cache back to the prefix it shares with ids."""
+        with self._lock:
+            for prefix in self._idle:
+                del prefix.ids[shared_length(prefix.ids, ids):]
 
     def forget(self) -> None:
         with self._lock:

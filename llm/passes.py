@@ -132,12 +132,16 @@ class PassBatcher:
             self._busy = True
             running = max(1, self._joined)
         try:
-            with openmp.threads(self.threads(running) if self.threads is not None else 0):
+            with openmp.threads(self._threads_for(running)):
                 yield
         finally:
             with self._ready:
                 self._busy, self._idle_since = False, time.monotonic()
                 self._ready.notify_all()
+
+    def _threads_for(self, generations: int) -> int:
+        """The intra-op threads a forward runs on with `generations` joined (0: the running thread's own)."""
+        return self.threads(generations) if self.threads is not None else 0
 
     def run(self, p: Pass, rows: slice) -> tuple[torch.Tensor, torch.Tensor]:
         """The pass's (hidden, logits of `rows`), from a forward it shares with the passes asked alongside it."""
@@ -159,7 +163,7 @@ class PassBatcher:
             else:
                 return asked.outcome()
         try:
-            with openmp.threads(self.threads(running) if self.threads is not None else 0):
+            with openmp.threads(self._threads_for(running)):
                 results = forward(self.model, [(a.p, a.rows) for a in batch], self.mask_id)
         except BaseException as exc:
             results = [exc] * len(batch)
