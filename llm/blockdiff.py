@@ -311,7 +311,7 @@ def kept_log_probs(model: Transformer, batch: list[Packed], prefix_len: int = 0)
     """The model's log-probabilities (K, V) fp32 at each sequence's K kept rows, in order: its clean stream run
     left to right (the batch's shared prefix_len tokens once). With llm.lora.off, the base model's: the
     teacher of `packed_loss`."""
-    device = model.transformer.wte.weight.device
+    device = model.device
     cache = model.new_cache(1, max(p.clean_len for p in batch))
     if prefix_len:
         model.trunk(batch[0].ids[:prefix_len][None].to(device), 0, cache, causal=True)
@@ -342,7 +342,7 @@ def packed_loss(model: Transformer, batch: list[Packed], mask_embedding: torch.T
     same; the LoRA matrices only get no gradient through the prompt's keys. NOTE: the system prompt is about half
     of a front-desk dialogue's tokens, so a step costs ~0.6x.
     """
-    device = model.transformer.wte.weight.device
+    device = model.device
     past = None
     if prefix_len:
         head = batch[0].ids[:prefix_len]

@@ -105,8 +105,7 @@ class Engine:
         self.special = special
         self.bos_token = bos_token  # LLaDA's template opens with it
         self.drafter = Drafter()  # guesses for cache="block" to verify (draft_length): prompt lookup
-        weight = model.transformer.wte.weight
-        self.device, self.dtype = weight.device, weight.dtype
+        self.device, self.dtype = model.device, model.dtype
         # a model pretrained left to right (SmolLM2): block diffusion with causal attention is its decoder
         self.left_to_right = left_to_right
         # the LoRA adapter merged into the weights, taken off to read the base model (end_of_turn_probability)

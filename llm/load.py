@@ -261,7 +261,7 @@ def save_parley(model: Transformer, tokenizer: Tokenizer, out_dir) -> Path:
     # only when set, so LLaDA-layout parley checkpoints stay as they were
     if not fields["shift_logits"]:
         fields.pop("shift_logits")
-    dtype = model.transformer.wte.weight.dtype
+    dtype = model.dtype
     config = {"model_type": "parley", "architectures": ["ParleyDiffusionLM"], **fields,
               "mask_token_id": token_ids[chat.MASK], "eos_token_id": token_ids[chat.END],
               "eot_token_id": token_ids[chat.END], "pad_token_id": token_ids[chat.PAD],

@@ -102,7 +102,7 @@ class MergedAdapter:
         self._model = model
         self._local = threading.local()
         self._updates = []   # (module, A (k r, in), B (out, k r) block-diagonal, scaled), each fp32
-        device = model.transformer.wte.weight.device
+        device = model.device
         for i, block in enumerate(model.transformer.blocks):
             groups = [(name, parts) for name, parts in FUSED_LINEARS.items() if getattr(block, name, None) is not None]
             packed = {part for _, parts in groups for part in parts}

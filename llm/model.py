@@ -204,14 +204,15 @@ class Transformer(nn.Module):
         ))
         if not args.weight_tying:
             self.transformer["ff_out"] = Linear(args.d_model, args.vocab_size, bias=False)
-        # the output projection of a tied head as an int8 module of its own (llm.quant, CPU): the embedding stays fp32
+        # the output projection of a tied head as a module of its own (llm.quant, CPU): the embedding is then only
+        # looked up (llm.embedding)
         self.tied_head: nn.Module | None = None
         self.reset_rope()
 
     def reset_rope(self, device=None):
         """(Re)build the rope tables, e.g. after the weights were materialized from the meta device. A model made
         on the meta device gets empty ones there (computing them would import torch._dynamo: see Embedding)."""
-        if device is None and self.transformer.wte.weight.is_meta:
+        if device is None and self.device.type == "meta":
             shape = (self.args.max_sequence_length, self.args.head_dim)
             cos, sin = torch.empty(shape, device="meta"), torch.empty(shape, device="meta")
         else:
@@ -231,9 +232,18 @@ class Transformer(nn.Module):
             else:
                 nn.init.normal_(p, std=std)
 
+    @property
+    def device(self) -> torch.device:
+        return self.transformer.ln_f.weight.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """What the residual stream and the KV caches hold (a packed CPU model's projections keep their weights in
+        their own formats: llm.quant)."""
+        return self.transformer.ln_f.weight.dtype
+
     def new_cache(self, batch: int, max_len: int) -> KVCache:
-        p = self.transformer.wte.weight
-        return KVCache(self.args, batch, max_len, device=p.device, dtype=p.dtype)
+        return KVCache(self.args, batch, max_len, device=self.device, dtype=self.dtype)
 
     def embed(self, ids):
         """Token embeddings (B, T, d_model)."""

@@ -11,6 +11,7 @@ tokenizer.json) isolates every \\p{N} character, as ours does (test_numbers_spli
 import pytest
 import torch
 
+from llm.embedding import Int8Embedding
 from llm.generate import autoregressive_reply
 from llm.gguf import MASK_TOKEN, smollm2_path, unpermute_rope_rows
 from llm.load import load
@@ -119,6 +120,10 @@ def test_16_bit_weights_keep_the_logits_and_the_reply(engine, weights, atol):
         pytest.skip(f"this CPU or torch has no {weights} products")
     model = pack(copy.deepcopy(engine.model))
     assert quant.weight_format(model) == f"{weights} weights"
+    # the Q8_0 embedding, now only looked up, held as int8 blocks again: every row as loading dequantized it
+    every = torch.arange(engine.model.args.vocab_size)
+    assert isinstance(model.transformer.wte, Int8Embedding)
+    assert torch.equal(model.embed(every), engine.model.embed(every))
     with torch.no_grad():
         last = model.head(model.trunk(torch.tensor(PROMPT_IDS)[None], causal=True))[0, -1]
     assert last.argmax().item() == 504
