@@ -69,6 +69,7 @@ class Services:
         engine = llm.load(settings.llm_model, device=settings.llm_device)
         if speech:   # a core left to ASR and TTS; a text conversation keeps torch's choice (or --threads)
             _size_cpu_threads(engine)
+            engine.keep_caches(settings.max_sessions + 1)   # every call's conversation, and one that just ended
         toolbox = Toolbox(profile, open_store(settings.db_path))
         services = cls(asr, tts, engine, toolbox, system_prompt(profile, toolbox, engine.chat_style),
                        agent_options=agent_options_for(settings.llm_model), llm_batch=settings.llm_batch)
