@@ -152,9 +152,9 @@ def bench_tts(repeats: int = 5) -> None:
 
 LM_POLICY = EndpointPolicy()
 SMART_TURN_POLICY = EndpointPolicy(complete_at=0.5, unfinished_below=0.1)
-# The LM's judgement asked sooner into a silence than the default's check_ms (frames are 20 ms): on 2 CPU cores it is
-# ready ~100 ms sooner, and so cuts off paused turns that a slower judgement outlasted (README, "End of turn").
-EARLIER_CHECKS_MS = (100,)
+# The LM's judgement decided at other silences than the default's check_ms (frames are 20 ms): a decision that comes
+# before a pause ends cuts the paused turn off (README, "End of turn").
+DECIDED_AT_MS = (200, 260, 300, 400)
 
 
 def bench_endpoint(llm_model: str = "llm/weights/parley-smollm2") -> None:
@@ -163,6 +163,7 @@ def bench_endpoint(llm_model: str = "llm/weights/parley-smollm2") -> None:
 
     import llm
     from app.pipeline.services import asr_threads, idle_speech_threads   # deferred: nor app; serve's threads
+    from app.pipeline.session import SessionOptions
 
     synth, asr = Synthesizer(varied=False), Transcriber(AsrOptions(cpu_threads=asr_threads()))
     try:
@@ -175,17 +176,17 @@ def bench_endpoint(llm_model: str = "llm/weights/parley-smollm2") -> None:
     print(f"(threads as `parley serve` has them in a silence: Whisper {asr.options.cpu_threads}, "
           f"the language model {torch.get_num_threads()})")
     cases = endpoint_set.build(synth)
-    # the default policy's checks; the LM's judgement asked earlier into a silence (EARLIER_CHECKS_MS) has its own
-    checks = [_endpoint_checks(case, asr, smart, engine, LM_POLICY.check_ms) for case in cases]
-    earlier = {ms: [_endpoint_checks(case, asr, None, engine, ms) for case in cases]
-               for ms in EARLIER_CHECKS_MS}
+    # the signals are asked where a draft starts in a process with nothing else to do (a lone caller)
+    ask_ms = SessionOptions().speculate_idle_ms
+    checks = [_endpoint_checks(case, asr, smart, engine, ask_ms) for case in cases]
     voices = sorted({c.voice for c in cases})
     print(f"{len(cases)} turns: {len(endpoint_set.COMPLETE)} complete and {len(endpoint_set.PAUSED)} paused "
           f"(pauses {endpoint_set.PAUSES_MS} ms) x voices {voices} x SNR {endpoint_set.SNRS_DB} dB")
-    print("wait = silence from the end of speech to the endpoint after complete turns (median, p90), the "
-          "decision's CPU time here included (the turn holds until it is known); free: were the decision instant, "
-          "as on a GPU; cut% = paused turns ended in their pause; split% = complete turns ended early; "
-          "ms = CPU per decision (median)")
+    print(f"signals asked at {ask_ms} ms of silence (a lone caller's draft starts), a turn judged complete ended "
+          f"from {LM_POLICY.check_ms} ms; wait = silence from the end of speech to the endpoint after complete turns "
+          "(median, p90), the decision's CPU time here included (the turn holds until it is known); free: were the "
+          "decision instant, as on a GPU; cut% = paused turns ended in their pause; split% = complete turns ended "
+          "early; ms = CPU per decision (median)")
     policies = {
         "fixed 600 ms VAD (today)": lambda c: VadConfig().silence_ms,
         "LM (transcript)": lambda c: LM_POLICY.wait_ms(c["lm"]),
@@ -200,21 +201,21 @@ def bench_endpoint(llm_model: str = "llm/weights/parley-smollm2") -> None:
           + " ".join(f"{p:>5}" for p in endpoint_set.PAUSES_MS))
     shown = [name for name in policies if smart is not None or "Smart Turn" not in name]
     for name in shown:
-        print(_endpoint_row(name, cases, checks, policies[name], cost[name]))
-    for ms, its_checks in earlier.items():
+        print(_endpoint_row(name, cases, checks, policies[name], cost[name], ask_ms))
+    for ms in DECIDED_AT_MS:
         policy = replace(LM_POLICY, check_ms=ms)
-        print(_endpoint_row(f"LM, asked at {ms} ms", cases, its_checks, lambda c, p=policy: p.wait_ms(c["lm"]),
-                            cost["LM (transcript)"], ms))
+        print(_endpoint_row(f"LM, decided from {ms} ms", cases, checks, lambda c, p=policy: p.wait_ms(c["lm"]),
+                            cost["LM (transcript)"], ask_ms))
     for voice in voices:
         mine = [i for i, c in enumerate(cases) if c.voice == voice]
         print(f"-- {voice}")
         for name in [n for n in shown if " and " not in n and " or " not in n]:
             print(_endpoint_row(name, [cases[i] for i in mine], [checks[i] for i in mine], policies[name],
-                                cost[name]))
+                                cost[name], ask_ms))
 
 
-def _endpoint_checks(case, asr, smart, engine, check_ms: int) -> list[dict]:
-    """Every point of the turn where the silence reached check_ms: the signals there, and how long that
+def _endpoint_checks(case, asr, smart, engine, ask_ms: int) -> list[dict]:
+    """Every point of the turn where the silence reached ask_ms: the signals there, and how long that
     silence really lasted (until speech resumed; the last one has no end)."""
     config = VadConfig(silence_ms=LM_POLICY.max_silence_ms + 100)
     detector, checks, silence_ms = TurnDetector(config), [], 0.0
@@ -228,7 +229,7 @@ def _endpoint_checks(case, asr, smart, engine, check_ms: int) -> list[dict]:
                 checks[-1]["silence_ms"] = silence_ms
             else:
                 silence_ms = detector.trailing_silence_ms
-        if detector.in_speech and detector.trailing_silence_ms == check_ms:
+        if detector.in_speech and detector.trailing_silence_ms == ask_ms:
             audio = detector.endpoint_audio()
             text, asr_ms = _timed(asr.transcribe, audio)
             lm, lm_ms = _timed(engine.end_of_turn_probability, text) if text.strip() else (0.0, 0.0)
@@ -247,11 +248,11 @@ def _timed(f, *args) -> tuple:
     return result, (time.perf_counter() - start) * 1000
 
 
-def _endpoint_row(name, cases, checks, wait, cost, check_ms: int = LM_POLICY.check_ms) -> str:
-    """A policy over the set. As in app.pipeline.session: a judgement is known check_ms + its CPU time into a silence;
+def _endpoint_row(name, cases, checks, wait, cost, ask_ms: int) -> str:
+    """A policy over the set. As in app.pipeline.session: a judgement is known ask_ms + its CPU time into a silence;
     until then the turn holds, so a silence ends the turn at max(the wait chosen, that time), if it lasts."""
     def end(c) -> float:
-        return max(wait(c), check_ms + cost(c))
+        return max(wait(c), ask_ms + cost(c))
 
     waits, free, cut, split, costs = [], [], {p: [0, 0] for p in endpoint_set.PAUSES_MS}, [0, 0], []
     for case, points in zip(cases, checks):

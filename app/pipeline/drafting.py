@@ -1,11 +1,11 @@
 """Session's work during the end-of-turn silence: drafting and the end-of-turn judgement.
 
-From `speculate_ms` of silence a draft transcribes the utterance, asks the language model whether the turn is
-complete (SessionOptions.end_of_turn, speech.endpoint), drafts the agent's answer up to its first phrase (through
-the tools' previews: the hours and prices read, a booking checked but not made; app.agent.loop.Agent.draft) and
-synthesizes that phrase, all without side effects (a booking is made only after the endpoint). If the caller goes
-on, the draft is dropped; if the turn ends with these words, the turn starts from it and the reply goes on from
-its first phrase.
+From `speculate_ms` of silence (`speculate_idle_ms` while no model has work) a draft transcribes the utterance,
+asks the language model whether the turn is complete (SessionOptions.end_of_turn, speech.endpoint), drafts the
+agent's answer up to its first phrase (through the tools' previews: the hours and prices read, a booking checked
+but not made; app.agent.loop.Agent.draft) and synthesizes that phrase, all without side effects (a booking is made
+only after the endpoint). If the caller goes on, the draft is dropped; if the turn ends with these words, the turn
+starts from it and the reply goes on from its first phrase.
 A mixin of app.pipeline.session.Session, whose state it uses: options, services, agent, detector, _loop, _draft,
 _policy, _carry, _ready_clause.
 """
@@ -90,12 +90,19 @@ class Drafting:
         if silence_ms == 0 and self._draft is not None:      # the user went on speaking: the draft is stale
             self._draft.drop()
             self._draft = None
-        elif silence_ms >= self.options.speculate_ms and self._draft is None:
+        elif self._draft is None and silence_ms >= self._drafts_from_ms(silence_ms):
             audio = self.detector.endpoint_audio()
             draft = Draft(len(audio), threading.Event(), self._loop.create_future(),
                            self._loop.create_future() if self._policy is not None else None)
             draft.task = asyncio.create_task(self._make_draft(np.concatenate([self._carry, audio]), draft))
             self._draft = draft
+
+    def _drafts_from_ms(self, silence_ms: int) -> int:
+        """The silence a draft starts at: SessionOptions.speculate_idle_ms while no model has work, else speculate_ms."""
+        early, late = self.options.speculate_idle_ms, self.options.speculate_ms
+        if early is not None and early <= silence_ms < late and self.services.idle():
+            return early
+        return late
 
     async def _make_draft(self, audio: np.ndarray, draft: Draft):
         """Transcript, P(the turn is complete), the answer up to its first phrase and that phrase's audio, with no

@@ -52,6 +52,10 @@ class Services:
         self.partial_lanes = LanePool("asr-partial")
         self.partial_pool = self.partial_lanes.urgent
 
+    def idle(self) -> bool:
+        """Whether no model has work running or waiting."""
+        return not (self.speech_busy() or self.llm_lanes.busy())
+
     def speech_busy(self) -> bool:
         """Whether Whisper or Piper is working or has work waiting."""
         return self.asr_lanes.busy() or self.partial_lanes.busy() or self.tts_lanes.busy()

@@ -45,6 +45,11 @@ class SessionOptions:
     # complete turns it starts 0.77 drafts a turn that the caller's next words drop, against 0.17 at 200 ms (0.32 at
     # 160), each an ASR run and the start of a generation taken from other callers: kept at 200.
     speculate_ms: int | None = 200
+    # ... and from this silence while no model has work in the process (a lone caller's: the cores would idle), where
+    # dropped drafts take nothing from anyone. At VadConfig.tail_ms the endpoint's audio is already what it will be.
+    # NOTE: `python -m app.bench --repeats 2` (2 AMD EPYC cores, 2026-12-06): e2e 507.9 against 588.6 ms, the end of
+    # turn decided at the same 340 ms of silence (EndpointPolicy.check_ms): the first sound had waited for the draft.
+    speculate_idle_ms: int | None = 100
     # The reply's first audio is a short first phrase (speech.tts.ClauseSplitter): its first clause boundary, or
     # about this many words into a long sentence. None: whole clauses only.
     first_phrase_words: int | None = 8

@@ -6,7 +6,7 @@ import time
 import numpy as np
 
 from app.pipeline.services import Services
-from app.pipeline.session import Session
+from app.pipeline.session import Session, SessionOptions
 from app.transports.file import converse
 from speech.audio import FRAME_MS, FRAME_SAMPLES, SAMPLE_RATE_HZ
 from tests.fakes import FakeEngine, FakeToolbox, last_user
@@ -120,6 +120,31 @@ def test_reply_is_drafted_during_the_silence(transcriber, synthesizer, speak):
     finals = [call for call in engine.calls if last_user(call) == result["transcript"]]
     assert len(finals) == 1                             # the draft was used, not generated again
     assert result["reply"] == f"You asked: {result['transcript']}"
+
+
+def test_a_draft_starts_sooner_into_the_silence_while_no_model_has_work(transcriber, synthesizer, speak, monkeypatch):
+    # a lone caller's draft starts at speculate_idle_ms (the cores would idle), and at speculate_ms while another
+    # job holds a model (a draft the caller's next words drop would take from another caller)
+    started_at, make_draft = [], Session._make_draft
+
+    def spy(session, audio, draft):
+        started_at.append(session.detector.trailing_silence_ms)
+        return make_draft(session, audio, draft)
+
+    monkeypatch.setattr(Session, "_make_draft", spy)
+    options, question = SessionOptions(), speak("What time do you open on Saturday?")
+    engine = FakeEngine(lambda m: "We open at nine.")
+    services = make_services(transcriber, synthesizer, engine)
+    asyncio.run(converse(services, question, realtime=True, options=options))
+    alone, started_at[:] = list(started_at), []
+    busy = threading.Event()
+    services.llm_lanes.submit(busy.wait)   # another caller's work, running
+    try:
+        asyncio.run(converse(services, question, realtime=True, options=options))
+    finally:
+        busy.set()
+    assert alone[-1] == options.speculate_idle_ms, alone          # the turn's own draft, at its end
+    assert set(started_at) == {options.speculate_ms}, started_at
 
 
 def test_a_draft_reads_with_the_tools_that_only_read_and_the_turn_uses_their_results(transcriber, synthesizer, speak):
