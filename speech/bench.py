@@ -163,7 +163,7 @@ def bench_endpoint(llm_model: str = "llm/weights/parley-smollm2") -> None:
 
     import llm
     from app.pipeline.services import asr_threads, idle_speech_threads   # deferred: nor app; serve's threads
-    from app.pipeline.session import SessionOptions
+    from app.pipeline.session import SessionOptions   # deferred too: where a lone caller's draft starts
 
     synth, asr = Synthesizer(varied=False), Transcriber(AsrOptions(cpu_threads=asr_threads()))
     try:
