@@ -245,13 +245,14 @@ class Engine:
 
     def keep_caches(self, conversations: int) -> None:
         """Keep up to this many idle KV caches (default 4): one for each conversation a server holds at once, so that
-        no caller's next turn reads its whole conversation again.
+        no caller's next turn reads its whole conversation again (app.pipeline.services.Services.conversation_started).
+        With fewer, the caches given back least recently go at once (their memory with them).
         NOTE: with six phone callers at once and 4 kept (app.loadtest, 2026-12-06), callers' turns took each other's
         caches, and 14 of the 47 prefills of 18 turns re-read a conversation from its system prompt on: 8.7 s of the
         brain's forwards against 5.6 s with a cache each."""
         if conversations < 1:
             raise ValueError(f"conversations={conversations} must be >= 1")
-        self._caches.keep = conversations
+        self._caches.resize(conversations)
 
     def hold_only(self, messages: list[dict]) -> None:
         """Cut every idle KV cache back to what it shares with `messages` (a system prompt): what the warm-up's
@@ -371,6 +372,12 @@ class _Caches:
             prefix.ids[:] = prompt[:n]
         self._lent.append(prefix)
         return prefix
+
+    def resize(self, keep: int) -> None:
+        """Keep up to `keep` idle caches from now on, the least recently returned going first."""
+        with self._lock:
+            self.keep = keep
+            del self._idle[:-keep]
 
     def hold_only(self, ids: list[int]) -> None:
         """Cut every idle cache back to the prefix it shares with ids."""

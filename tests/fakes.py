@@ -65,6 +65,9 @@ class FakeEngine:
     def hold_only(self, messages) -> None:
         """Engine.hold_only: no KV caches here to cut back."""
 
+    def keep_caches(self, conversations: int) -> None:
+        """Engine.keep_caches: no KV caches here to keep."""
+
 
 def last_user(messages: list[dict]) -> str:
     return next(m["content"] for m in reversed(messages) if m["role"] == "user")

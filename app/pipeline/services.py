@@ -2,6 +2,7 @@
 import ctypes
 import logging
 import os
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -23,6 +24,8 @@ from speech.tts import Synthesizer
 from speech.vad import VadConfig
 
 log = logging.getLogger(__name__)
+
+KEPT_CACHES = 4   # idle KV caches the brain keeps with fewer calls than that (llm.Engine.keep_caches)
 
 
 @dataclass
@@ -51,6 +54,22 @@ class Services:
                                                                                   self.tts_lanes))
         self.partial_lanes = LanePool("asr-partial")
         self.partial_pool = self.partial_lanes.urgent
+        self.conversations = 0   # calls' sessions going on (conversation_started)
+        self._conversations_lock = threading.Lock()
+
+    def conversation_started(self) -> None:
+        """A call's session began: the brain keeps an idle KV cache for every conversation going on, and one more
+        (a call that just ended, a text request), at least its default (llm.Engine.keep_caches); as calls end, the
+        caches given back least recently (theirs) go, so memory follows the calls, not the most a server admits."""
+        self._count_conversations(+1)
+
+    def conversation_ended(self) -> None:
+        self._count_conversations(-1)
+
+    def _count_conversations(self, change: int) -> None:
+        with self._conversations_lock:
+            self.conversations += change
+            self.engine.keep_caches(max(KEPT_CACHES, self.conversations + 1))
 
     def idle(self) -> bool:
         """Whether no model has work running or waiting."""
@@ -73,7 +92,6 @@ class Services:
         engine = llm.load(settings.llm_model, device=settings.llm_device)
         if speech:   # a core left to ASR and TTS; a text conversation keeps torch's choice (or --threads)
             _size_cpu_threads(engine)
-            engine.keep_caches(settings.max_sessions + 1)   # every call's conversation, and one that just ended
         toolbox = Toolbox(profile, open_store(settings.db_path))
         services = cls(asr, tts, engine, toolbox, system_prompt(profile, toolbox, engine.chat_style),
                        agent_options=agent_options_for(settings.llm_model), llm_batch=settings.llm_batch)

@@ -83,6 +83,7 @@ class Session(Drafting, Replying):
         self.agent = agent if agent is not None else services.new_agent()   # app.agent.loop.Agent, or one like it
         self.playback = Playback(output_rate_hz, confirm_marks)
         self.playback.add_listener(self._on_playback_event)
+        services.conversation_started()   # its KV cache kept between turns; close() ends it
         self.turns: list[TurnTrace] = []                   # every turn's latency trace, newest last
         self._input: asyncio.Queue[np.ndarray | None] = asyncio.Queue()
         self._reframe = np.empty(0, dtype=np.int16)
@@ -159,6 +160,7 @@ class Session(Drafting, Replying):
         if not self._closed:
             self._closed = True
             self._input.put_nowait(None)
+            self.services.conversation_ended()
         await self._stop_turn()
         for job, stop in self._preparing:
             stop.set()
