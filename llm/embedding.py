@@ -24,10 +24,6 @@ class Int8Embedding(nn.Module):
         self.register_buffer("extra_rows", extra_rows)  # (V,) int64: the row's index in extra, -1 for none
         self.register_buffer("extra", extra)            # (K, d) fp32
 
-    @property
-    def num_embeddings(self) -> int:
-        return self.values.shape[0]
-
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         rows = self.values[ids].float().unflatten(-1, (-1, BLOCK)) * self.scales[ids][..., None]
         rows = rows.flatten(-2)

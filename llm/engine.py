@@ -17,6 +17,8 @@ from llm.model import Transformer
 from llm.lora import MergedAdapter
 from llm.passes import Pass, PassBatcher, forward
 
+KEPT_CACHES = 4   # idle KV caches an engine keeps unless told otherwise (Engine.keep_caches)
+
 
 @dataclass
 class Generation:
@@ -244,7 +246,7 @@ class Engine:
         self.drafter.study(sequences)
 
     def keep_caches(self, conversations: int) -> None:
-        """Keep up to this many idle KV caches (default 4): one for each conversation a server holds at once, so that
+        """Keep up to this many idle KV caches (default KEPT_CACHES): one for each conversation a server holds at once, so that
         no caller's next turn reads its whole conversation again (app.pipeline.services.Services.conversation_started).
         With fewer, the caches given back least recently go at once (their memory with them).
         NOTE: with six phone callers at once and 4 kept (app.loadtest, 2026-12-06), callers' turns took each other's
@@ -315,7 +317,7 @@ class _Caches:
     starts from a copy of the longest prefix any cache holds (the system prompt, shared by every caller: a
     copy of its keys costs milliseconds, its prefill a second). Up to `keep` idle caches are kept."""
 
-    def __init__(self, model: Transformer, keep: int = 4):
+    def __init__(self, model: Transformer, keep: int = KEPT_CACHES):
         self.model, self.keep = model, keep
         self._idle: list[PrefixCache] = []   # least recently returned first
         self._lent: list[PrefixCache] = []

@@ -90,19 +90,19 @@ class Drafting:
         if silence_ms == 0 and self._draft is not None:      # the user went on speaking: the draft is stale
             self._draft.drop()
             self._draft = None
-        elif self._draft is None and silence_ms >= self._drafts_from_ms(silence_ms):
+        elif self._draft is None and self._drafts_now(silence_ms):
             audio = self.detector.endpoint_audio()
             draft = Draft(len(audio), threading.Event(), self._loop.create_future(),
                            self._loop.create_future() if self._policy is not None else None)
             draft.task = asyncio.create_task(self._make_draft(np.concatenate([self._carry, audio]), draft))
             self._draft = draft
 
-    def _drafts_from_ms(self, silence_ms: int) -> int:
-        """The silence a draft starts at: SessionOptions.speculate_idle_ms while no model has work, else speculate_ms."""
-        early, late = self.options.speculate_idle_ms, self.options.speculate_ms
-        if early is not None and early <= silence_ms < late and self.services.idle():
-            return early
-        return late
+    def _drafts_now(self, silence_ms: int) -> bool:
+        """Whether a draft starts at this silence: from speculate_ms, or from speculate_idle_ms while no model has
+        work."""
+        early = self.options.speculate_idle_ms
+        return silence_ms >= self.options.speculate_ms or (
+            early is not None and silence_ms >= early and self.services.idle())
 
     async def _make_draft(self, audio: np.ndarray, draft: Draft):
         """Transcript, P(the turn is complete), the answer up to its first phrase and that phrase's audio, with no

@@ -18,14 +18,13 @@ from app.agent.tools import Toolbox
 from app.pipeline.lanes import LanePool
 from app.settings import Settings
 from llm import openmp
+from llm.engine import KEPT_CACHES
 from llm.quant import weight_format
 from speech.asr import AsrOptions, Transcriber
 from speech.tts import Synthesizer
 from speech.vad import VadConfig
 
 log = logging.getLogger(__name__)
-
-KEPT_CACHES = 4   # idle KV caches the brain keeps with fewer calls than that (llm.Engine.keep_caches)
 
 
 @dataclass
@@ -69,7 +68,7 @@ class Services:
     def _count_conversations(self, change: int) -> None:
         with self._conversations_lock:
             self.conversations += change
-            self.engine.keep_caches(max(KEPT_CACHES, self.conversations + 1))
+            self.engine.keep_caches(max(KEPT_CACHES, self.conversations + 1))   # the engine's default, at least
 
     def idle(self) -> bool:
         """Whether no model has work running or waiting."""

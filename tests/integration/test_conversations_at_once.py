@@ -11,9 +11,10 @@ from app.agent.profile import load_profile
 from app.agent.prompt import system_prompt
 from app.agent.store import open_store
 from app.agent.tools import Toolbox
-from app.pipeline.services import KEPT_CACHES, Services
+from app.pipeline.services import Services
 from app.pipeline.session import Session
 from app.settings import SMOLLM2_ADAPTER_DIR
+from llm.engine import KEPT_CACHES
 
 pytestmark = pytest.mark.slow
 
