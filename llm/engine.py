@@ -1,7 +1,7 @@
 """The Engine: a loaded model, its tokenizer and chat format, and `generate` with per-block streaming."""
 import threading
 import time
-from contextlib import contextmanager, nullcontext
+from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
@@ -9,15 +9,14 @@ import torch
 from tokenizers import Tokenizer
 
 from llm import chat
-from llm.blockdiff import (BlockOptions, Matcher, PrefixCache, block_reply, next_token_logits, prefill_prompt,
-                           shared_length)
+from llm.blockdiff import BlockOptions, Matcher, block_reply, next_token_logits, prefill_prompt
+from llm.caches import KVCaches
 from llm.drafter import Drafter
 from llm.generate import Decoded, DecodeOptions, ModelDenoiser, SpecialIds, denoise_reply
 from llm.model import Transformer
 from llm.lora import MergedAdapter
 from llm.passes import Pass, PassBatcher, forward
 
-KEPT_CACHES = 4   # idle KV caches an engine keeps unless told otherwise (Engine.keep_caches)
 
 
 @dataclass
@@ -114,7 +113,7 @@ class Engine:
         self.adapter = adapter
         # cache="block": exact KV caches of earlier prompts, reused (one per generation running at once), and
         # the batcher whose forwards the generations running at once share
-        self._caches = _Caches(model)
+        self._caches = KVCaches(model)
         self.batcher = PassBatcher(model, special.mask)
         self._last_probabilities: tuple[list[int], torch.Tensor] | None = None  # _next_probabilities's last
 
@@ -246,15 +245,25 @@ class Engine:
         self.drafter.study(sequences)
 
     def keep_caches(self, conversations: int) -> None:
-        """Keep up to this many idle KV caches (default KEPT_CACHES): one for each conversation a server holds at once, so that
-        no caller's next turn reads its whole conversation again (app.pipeline.services.Services.conversation_started).
-        With fewer, the caches given back least recently go at once (their memory with them).
+        """Keep up to this many idle KV caches (default llm.caches.KEPT_CACHES): one for each conversation a server
+        holds at once, so that no caller's next turn reads its whole conversation again
+        (app.pipeline.services.Services.conversation_started).
+        With fewer, the caches over the count go at once (their memory with them), ended conversations' first.
         NOTE: with six phone callers at once and 4 kept (app.loadtest, 2026-12-06), callers' turns took each other's
         caches, and 14 of the 47 prefills of 18 turns re-read a conversation from its system prompt on: 8.7 s of the
         brain's forwards against 5.6 s with a cache each."""
         if conversations < 1:
             raise ValueError(f"conversations={conversations} must be >= 1")
         self._caches.resize(conversations)
+
+    def conversation(self, key):
+        """A span in which this thread's generations are the conversation `key`'s (an object as long-lived as it):
+        it keeps the KV cache of its last one for its next, whatever the others do (llm.caches)."""
+        return self._caches.serving(key)
+
+    def conversation_over(self, key) -> None:
+        """The conversation `key` is over: its KV cache is the first to go."""
+        self._caches.release(key)
 
     def hold_only(self, messages: list[dict]) -> None:
         """Cut every idle KV cache back to what it shares with `messages` (a system prompt): what the warm-up's
@@ -308,87 +317,3 @@ class Engine:
         decoded = denoise_reply(denoise, prompt, self.special, opts, on_block=streamed.settled, cancel=cancel,
                                 generator=generator)
         return streamed.finish(decoded)
-
-
-class _Caches:
-    """The exact KV caches of the block decoder: each generation borrows one for its duration, the one that
-    already holds the longest prefix of its prompt (a caller's own earlier turns) and nothing of another
-    conversation's (`_borrow`). A cache new to the prompt
-    starts from a copy of the longest prefix any cache holds (the system prompt, shared by every caller: a
-    copy of its keys costs milliseconds, its prefill a second). Up to `keep` idle caches are kept."""
-
-    def __init__(self, model: Transformer, keep: int = KEPT_CACHES):
-        self.model, self.keep = model, keep
-        self._idle: list[PrefixCache] = []   # least recently returned first
-        self._lent: list[PrefixCache] = []
-        self._lock = threading.Lock()
-
-    @contextmanager
-    def lent(self, prompt: list[int]):
-        with self._lock:
-            prefix = self._borrow(prompt)
-        try:
-            yield prefix
-        finally:
-            with self._lock:
-                self._lent.remove(prefix)
-                self._idle.append(prefix)
-                del self._idle[:-self.keep]
-
-    def _borrow(self, prompt: list[int]) -> PrefixCache:
-        """A cache for `prompt`, its held ids already cut to the prefix it shares (PrefixCache.reuse), and the
-        longest prefix any other cache holds copied in where that is longer: under the lock, so the prefix another
-        borrower's cache holds stays as it is while it is copied (a borrower only writes past what its cache held
-        when it was lent).
-
-        The idle cache chosen holds nothing the prompt does not start with, or holds the whole prompt (a reply
-        was written after it), so no other conversation loses its turns; of those, the one sharing the longest
-        prefix. Where there is none, a new cache, which may copy the prefix from any other; or, with `keep` idle
-        already, the least recently returned, which the next return would give back (a new cache's fresh pages cost
-        a fresh process's first turns: `python ../shared/evalsets/check_dev.py` 263.2 ms a turn against 248.4).
-        NOTE: taking the idle cache that shared the longest prefix (of those sharing only the system prompt, the
-        oldest) let a phone caller's turn take another caller's conversation while its own cache was lent to its
-        draft: with two callers at once (app.loadtest, 2026-12-06) turns re-read 117-233 prompt tokens that a lone
-        caller's never did, and the other caller's next turn again; p95 1464-1560 ms with two callers after this
-        change alone, against 1580-2002 ms in four runs before (llm passes then slower still: speech.tts)."""
-        def shared(c: PrefixCache) -> int:
-            return shared_length(c.ids, prompt)
-
-        def own(c: PrefixCache) -> bool:   # it holds the prompt's start, or the prompt holds all it holds
-            return shared(c) in (len(c.ids), len(prompt))
-
-        best = max((c for c in self._idle if own(c)), key=shared, default=None)
-        if best is None and len(self._idle) >= self.keep:
-            best = self._idle[0]   # the one the next return gives back anyway (`lent`): its memory, not a new one's
-        if best is not None:
-            self._idle.remove(best)
-            prefix = best
-        else:
-            prefix = PrefixCache(self.model.new_cache(1, self.model.args.max_sequence_length))
-        held = prefix.reuse(prompt)
-        source = max(self._idle + self._lent, key=shared, default=None)
-        n = 0 if source is None else min(shared(source), len(prompt) - 1)
-        if n > held:
-            prefix.cache.k[:, :, :, :n] = source.cache.k[:, :, :, :n]
-            prefix.cache.v[:, :, :, :n] = source.cache.v[:, :, :, :n]
-            prefix.ids[:] = prompt[:n]
-        self._lent.append(prefix)
-        return prefix
-
-    def resize(self, keep: int) -> None:
-        """Keep up to `keep` idle caches from now on, the least recently returned going first."""
-        with self._lock:
-            self.keep = keep
-            del self._idle[:-keep]
-
-    def hold_only(self, ids: list[int]) -> None:
-        """Cut every idle cache back to the prefix it shares with ids."""
-        with self._lock:
-            for prefix in self._idle:
-                del prefix.ids[shared_length(prefix.ids, ids):]
-
-    def forget(self) -> None:
-        with self._lock:
-            for prefix in self._idle:
-                prefix.ids.clear()
-

@@ -68,6 +68,9 @@ class FakeEngine:
     def keep_caches(self, conversations: int) -> None:
         """Engine.keep_caches: no KV caches here to keep."""
 
+    def conversation_over(self, key) -> None:
+        """Engine.conversation_over: no KV caches here to give up."""
+
 
 def last_user(messages: list[dict]) -> str:
     return next(m["content"] for m in reversed(messages) if m["role"] == "user")

@@ -7,8 +7,10 @@ brain (cache "block"), the reply is decoded under a grammar of the tools' schema
 calls held to the details the conversation said (app.agent.said) and to what the model meant (app.agent.meant), and
 made where the model weighed one the caller's words ask for (app.agent.weighed).
 """
+import functools
 import logging
 import threading
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 
 from app.agent.meant import CallCheck
@@ -22,6 +24,17 @@ from app.agent.weighed import FOLLOW_SHARE, Weighed
 log = logging.getLogger(__name__)
 
 NEXT_TURN_TOKENS = 64   # room prepare_next keeps for the caller's next words (a spoken turn is rarely longer)
+
+
+def _its_own_cache(method):
+    """The method's generations are this conversation's: the engine keeps the KV cache of its last one for its
+    next, whatever other calls' generations do meanwhile (llm.Engine.conversation)."""
+    @functools.wraps(method)
+    def serving(self, *args, **kwargs):
+        conversation = getattr(self.engine, "conversation", None)
+        with nullcontext() if conversation is None else conversation(self):
+            return method(self, *args, **kwargs)
+    return serving
 
 
 @dataclass
@@ -95,6 +108,7 @@ class Agent:
         room = self.engine.model.args.max_sequence_length - self.options.max_new_tokens
         return min(room, self.options.max_prompt_tokens or room) - extra_tokens
 
+    @_its_own_cache
     def prepare_next(self, cancel: threading.Event | None = None, next_tokens: int = NEXT_TURN_TOKENS) -> bool:
         """Between turns, while the caller hears the reply: when the next turn would not fit the context (its words
         and a reply), move the window now and have the engine hold the moved prompt in a KV cache the next turn
@@ -159,6 +173,7 @@ class Agent:
         decoding) rather than writing it again."""
         return self.options.cache == "block"
 
+    @_its_own_cache
     def draft(self, user_text: str, cancel=None, on_text=None) -> DraftedTurn:
         """The turn's answer to `user_text` as far as it can go without changing anything: the history stays as
         it is, and the calls a generation makes are previewed (Toolbox.preview: a tool that only reads is run, a
@@ -203,6 +218,7 @@ class Agent:
             lacking = any(missing for _, _, missing in settled)
         return turn
 
+    @_its_own_cache
     def respond(self, user_text: str, on_text=None, on_tool=None, cancel: threading.Event | None = None,
                 first=None) -> TurnResult:
         """Answer one user turn; `on_text` gets spoken text as each block settles, `on_tool` each ToolCall.

@@ -18,7 +18,7 @@ from app.agent.tools import Toolbox
 from app.pipeline.lanes import LanePool
 from app.settings import Settings
 from llm import openmp
-from llm.engine import KEPT_CACHES
+from llm.caches import KEPT_CACHES
 from llm.quant import weight_format
 from speech.asr import AsrOptions, Transcriber
 from speech.tts import Synthesizer
@@ -58,11 +58,14 @@ class Services:
 
     def conversation_started(self) -> None:
         """A call's session began: the brain keeps an idle KV cache for every conversation going on, and one more
-        (a call that just ended, a text request), at least its default (llm.Engine.keep_caches); as calls end, the
-        caches given back least recently (theirs) go, so memory follows the calls, not the most a server admits."""
+        (a call that just ended, a text request), at least its default (llm.Engine.keep_caches); as calls end, their
+        caches go first (conversation_ended), so memory follows the calls, not the most a server admits."""
         self._count_conversations(+1)
 
-    def conversation_ended(self) -> None:
+    def conversation_ended(self, conversation=None) -> None:
+        """A call's session ended; `conversation`, its agent, if the brain kept its KV cache (its cache goes first)."""
+        if conversation is not None:
+            self.engine.conversation_over(conversation)
         self._count_conversations(-1)
 
     def _count_conversations(self, change: int) -> None:
@@ -120,7 +123,7 @@ class Services:
         agent = self.new_agent()
         agent.draft("Hello, what are your hours?")
         # what the draft wrote after the system prompt is no caller's: the first caller's turn then takes the cache
-        # holding the system prompt, not a new one (llm.engine._Caches)
+        # holding the system prompt, not a new one (llm.caches)
         self.engine.hold_only(agent.prompt())
         _return_freed_memory()
         self.ready = True

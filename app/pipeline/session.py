@@ -160,7 +160,7 @@ class Session(Drafting, Replying):
         if not self._closed:
             self._closed = True
             self._input.put_nowait(None)
-            self.services.conversation_ended()
+            self.services.conversation_ended(self.agent)
         await self._stop_turn()
         for job, stop in self._preparing:
             stop.set()

@@ -14,7 +14,7 @@ from app.agent.tools import Toolbox
 from app.pipeline.services import Services
 from app.pipeline.session import Session
 from app.settings import SMOLLM2_ADAPTER_DIR
-from llm.engine import KEPT_CACHES
+from llm.caches import KEPT_CACHES
 
 pytestmark = pytest.mark.slow
 

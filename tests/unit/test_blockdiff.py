@@ -8,7 +8,6 @@ import pytest
 import torch
 
 from llm.blockdiff import BlockOptions, PrefixCache, block_reply
-from llm.engine import _Caches
 from llm.generate import SpecialIds, autoregressive_reply
 from llm.passes import Pass, PassBatcher, alone, passes
 from tests.checkpoints import TINY_MASK, random_ids, tiny_block_model
@@ -312,68 +311,6 @@ def test_a_pass_too_long_fails_its_own_generation_not_the_batch():
     good.join(10), bad.join(10)
     assert len(results) == 1 and results[0][1].shape == (1, 64)
     assert len(errors) == 1 and "exceeds max_sequence_length" in str(errors[0])
-
-
-def written(model, prompt: list[int], prefix: PrefixCache, tokens: int = 4):
-    """A reply of `tokens` tokens after prompt on prefix's cache (its keys join the cache)."""
-    return block_reply(model, prompt, SPECIAL, BlockOptions(max_new_tokens=tokens, stop_at_eos=False), prefix)
-
-
-@torch.no_grad()
-def test_a_cache_new_to_a_prompt_starts_from_the_prefix_another_generation_holds():
-    model = tiny_block_model()
-    caches = _Caches(model)
-    system = random_ids(30, 1)
-    first, second = system + random_ids(5, 2), system + random_ids(7, 3)
-    with caches.lent(first) as a:
-        written(model, first, a)
-        with caches.lent(second) as b:   # lent while a is: a new cache, with the system prompt's keys copied
-            assert b is not a and b.ids == system
-            torch.testing.assert_close(b.cache.k[:, :, :, :30], a.cache.k[:, :, :, :30])
-            warm = written(model, second, b, 6)
-    cold = written(model, second, PrefixCache(model.new_cache(1, 256)), 6)
-    assert warm.tokens == cold.tokens
-    with caches.lent(second) as again:   # idle now: the one that held this very prompt
-        assert again is b and again.ids == second[:-1]
-
-
-@torch.no_grad()
-def test_a_caller_never_takes_the_cache_of_another_callers_conversation():
-    # two callers' conversations after the same system prompt: neither A's turn nor A's draft, lent a cache while
-    # B's conversation is idle, takes B's (which shares only the system prompt with them); B's next turn finds its
-    # conversation where it left it
-    model = tiny_block_model()
-    caches = _Caches(model)
-    system = random_ids(30, 1)
-    a_turn, b_turn = system + random_ids(12, 2), system + random_ids(9, 3)
-    with caches.lent(b_turn) as b:
-        written(model, b_turn, b)
-    b_held = list(b.ids)   # B's turn and its reply
-    with caches.lent(a_turn) as a_draft:   # a new cache, the system prompt copied from B's
-        assert a_draft is not b and a_draft.ids == system
-        torch.testing.assert_close(a_draft.cache.k[:, :, :, :30], b.cache.k[:, :, :, :30])
-        written(model, a_turn, a_draft)
-        with caches.lent(a_turn + [5, 6]) as a:   # A's turn while its draft holds A's cache: A's prompt copied
-            assert a not in (a_draft, b) and a.ids == a_turn
-            torch.testing.assert_close(a.cache.k[:, :, :, :len(a_turn)], a_draft.cache.k[:, :, :, :len(a_turn)])
-    assert b.ids == b_held
-    with caches.lent(b_held + [7, 8]) as again:   # B's next turn: its reply, then the caller's words
-        assert again is b and again.ids == b_held
-
-
-@torch.no_grad()
-def test_with_every_idle_cache_kept_a_new_conversation_takes_the_one_given_back_next():
-    model = tiny_block_model()
-    caches = _Caches(model, keep=2)
-    system = random_ids(30, 1)
-    held = []
-    for seed in (2, 3):
-        with caches.lent(system + random_ids(8, seed)) as c:
-            c.ids += system[len(c.ids):] + random_ids(8, seed)   # as if its prompt had been run
-            held.append(c)
-    with caches.lent(system + random_ids(8, 4)) as third:
-        assert third is held[0] and third.ids == system   # the least recently returned, cut back: no new cache
-    assert caches._idle == [held[1], third]
 
 
 @torch.no_grad()
