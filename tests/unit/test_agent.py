@@ -1,6 +1,7 @@
 """The agent loop: streaming, tool calls fed back, markup never spoken, cancellation and barge-in history."""
 import json
 import threading
+from contextlib import contextmanager
 
 from app.agent.loop import Agent
 from app.agent.options import AgentOptions
@@ -306,3 +307,32 @@ def test_between_turns_a_long_call_moves_its_window_and_prefills_what_the_next_t
         assert len(engine.prefilled) >= 3 and moved_by_turns == 0
     other = Agent(SmallContextEngine(context=60), FakeToolbox(), "sys", AgentOptions(max_history_turns=0))
     assert other.prepare_next() is False   # an engine that holds no KV cache: nothing to prepare
+
+
+def test_every_generation_of_a_turn_or_its_draft_is_its_own_conversations():
+    # the engine keeps a conversation's KV cache for its next turn (llm.caches) when the agent names it
+    class NamingEngine(FakeEngine):
+        def __init__(self, script):
+            super().__init__(script)
+            self.named, self._now = [], None
+
+        @contextmanager
+        def conversation(self, key):
+            self._now = key
+            try:
+                yield
+            finally:
+                self._now = None
+
+        def generate(self, messages, **kwargs):
+            self.named.append(self._now)
+            return super().generate(messages, **kwargs)
+
+    engine = NamingEngine(lambda m: format_tool_call("current_datetime", {}) if m[-1]["role"] == "user" else "Noon.")
+    first, second = (Agent(engine, FakeToolbox(), "S") for _ in range(2))
+    asked = []
+    for agent, ask in ((first, first.draft), (second, second.respond), (first, first.respond)):
+        before = len(engine.named)
+        ask("what time is it")
+        asked += [agent] * (len(engine.named) - before)
+    assert len(asked) >= 4 and engine.named == asked and engine._now is None
