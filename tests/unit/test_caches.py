@@ -77,6 +77,11 @@ def test_with_every_idle_cache_kept_a_new_conversation_takes_the_one_given_back_
 
 
 
+def pool(keep: int, conversations: int) -> tuple[KVCaches, list[Conversation], list[int]]:
+    """Caches keeping `keep` idle, the conversations, and the system prompt they share."""
+    return KVCaches(tiny_block_model(), keep=keep), [Conversation() for _ in range(conversations)], random_ids(30, 1)
+
+
 def turn(caches: KVCaches, conversation, prompt: list[int], reply: list[int] = ()) -> PrefixCache:
     """A generation of `conversation` on `prompt` (as if its prompt had been run and `reply` written after it)."""
     with caches.serving(conversation), caches.lent(prompt) as c:
@@ -84,15 +89,11 @@ def turn(caches: KVCaches, conversation, prompt: list[int], reply: list[int] = (
         return c
 
 
-@torch.no_grad()
 def test_a_draft_the_caller_talked_over_leaves_its_conversation_one_cache_and_takes_no_other():
     # a phone caller's draft at "Hi," is dropped when the caller goes on: the turn on the whole question takes the
     # conversation's cache back (cut after "Hi") where a new one would have left two of its own idle, and with the
     # pool full would have taken the cache of the other caller, who is listening
-    model = tiny_block_model()
-    caches = KVCaches(model, keep=2)
-    a, b = Conversation(), Conversation()
-    system = random_ids(30, 1)
+    caches, (a, b), system = pool(keep=2, conversations=2)
     history_a, history_b = system + random_ids(20, 2), system + random_ids(20, 3)
     first_a = turn(caches, a, history_a, random_ids(6, 4))
     first_b = turn(caches, b, history_b, random_ids(6, 5))
@@ -104,12 +105,8 @@ def test_a_draft_the_caller_talked_over_leaves_its_conversation_one_cache_and_ta
     assert caches._idle == [first_b, first_a] and first_b.ids == b_held
 
 
-@torch.no_grad()
 def test_a_conversation_whose_window_moved_reuses_its_cache_and_leaves_no_other_idle():
-    model = tiny_block_model()
-    caches = KVCaches(model, keep=4)
-    a, b = Conversation(), Conversation()
-    system = random_ids(30, 1)
+    caches, (a, b), system = pool(keep=4, conversations=2)
     first_a = turn(caches, a, system + random_ids(40, 2), random_ids(6, 3))
     first_b = turn(caches, b, system + random_ids(40, 4), random_ids(6, 5))
     moved = turn(caches, a, system + random_ids(12, 6))    # the oldest turns left the prompt: only the system shared
@@ -117,12 +114,8 @@ def test_a_conversation_whose_window_moved_reuses_its_cache_and_leaves_no_other_
     assert caches._idle == [first_b, first_a]
 
 
-@torch.no_grad()
 def test_the_cache_of_a_conversation_over_goes_before_those_of_calls_going_on():
-    model = tiny_block_model()
-    caches = KVCaches(model, keep=2)
-    a, b, c = Conversation(), Conversation(), Conversation()
-    system = random_ids(30, 1)
+    caches, (a, b, c), system = pool(keep=2, conversations=3)
     of_b = turn(caches, b, system + random_ids(10, 2))     # B's is the least recently given back
     of_a = turn(caches, a, system + random_ids(10, 3))
     caches.release(a)                                       # A hung up
