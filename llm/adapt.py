@@ -204,6 +204,7 @@ def load_adapted(path, device=None, dtype=None):
         dtype = DTYPES[dtype]
     ckpt = read_gguf(smollm2_path())
     model = build_model(ckpt)  # fp32 on the CPU: the adapter merges there
+    ckpt.state.clear()   # the model holds its weights: each goes as its packed form is made (llm.quant)
     adapter, alpha_over_rank = load_adapter(path), float(config["alpha"]) / int(config["rank"])
     apply_adapter(model, adapter, alpha_over_rank, ckpt.special.mask)
     if dtype == "int8":

@@ -38,6 +38,7 @@ fp32; torch's weight-only int8 product ~5x slower), a 576 -> 1536 product of 4 r
 """
 import warnings
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 
 import torch
 import torch.nn as nn
@@ -130,26 +131,41 @@ def _require_cpu(model: Transformer, what: str) -> None:
         raise ValueError(f"{what} weights are for the CPU; on a GPU run the model in bf16 or fp32")
 
 
-def _made(jobs: list[tuple], threads: int = 1) -> list[nn.Module]:
-    """make(weight, bias) for each (make, weight, bias) of `jobs`, on up to `threads` Python threads (torch's
-    packing ops release the GIL)."""
-    if threads <= 1 or len(jobs) < 2:
-        return [make(weight, bias) for make, weight, bias in jobs]
+@contextmanager
+def _maker(threads: int = 1):
+    """-> made(jobs): make(weight, bias) for each (make, weight, bias) of `jobs`, on up to `threads` Python threads
+    (torch's packing ops release the GIL)."""
+    if threads <= 1:
+        yield lambda jobs: [make(weight, bias) for make, weight, bias in jobs]
+        return
     with ThreadPoolExecutor(threads, thread_name_prefix="pack") as pool:
-        return list(pool.map(lambda job: job[0](job[1], job[2]), jobs))
+        yield lambda jobs: list(pool.map(lambda job: job[0](job[1], job[2]), jobs))
 
 
-def _replace_products(model: Transformer, names, make, threads: int = 1, head=None) -> Transformer:
-    """Replace the projections `names` of every block by make(weight, bias), in place, and give a tied head
-    (head or make)(embedding, None) as its output projection; the embedding, then only looked up, is held as int8
-    blocks where they give its rows back exactly (llm.embedding)."""
-    places = [(block, name) for block in model.transformer.blocks for name in names]
-    jobs = [(make, getattr(block, name).weight.detach(), getattr(block, name).bias) for block, name in places]
-    if model.args.weight_tying:
-        places.append((model, "tied_head"))
-        jobs.append((head or make, model.transformer.wte.weight.detach(), None))
-    for (owner, name), module in zip(places, _made(jobs, threads)):
-        setattr(owner, name, module)
+def _replace_products(model: Transformer, groups, make, threads: int = 1, head=None) -> Transformer:
+    """Replace each group of projections of every block, (name, parts), by one make(weight, bias) of their weights
+    stacked (FUSED_LINEARS: q, k and v as `qkv`; a single projection: (name, (name,))), in place, and give a tied
+    head (head or make)(embedding, None) as its output projection; the embedding, then only looked up, is held as
+    int8 blocks where they give its rows back exactly (llm.embedding). A block at a time, so that its fp32 weights
+    are freed as its packed ones are made: packing SmolLM2 all at once held the stacked fp32 copies of every block
+    beside the model (`llm.load`'s peak RSS 1693 MB, 1161 after)."""
+    with _maker(threads) as made:
+        for block in model.transformer.blocks:
+            places, jobs = [], []
+            for name, parts in groups:
+                linears = [getattr(block, part) for part in parts]
+                weight = torch.cat([linear.weight.detach() for linear in linears])
+                bias = None if linears[0].bias is None else torch.cat([linear.bias.detach() for linear in linears])
+                places.append((name, parts))
+                jobs.append((make, weight, bias))
+                del linears, weight, bias
+            for (name, parts), module in zip(places, made(jobs)):
+                for part in parts:
+                    delattr(block, part)
+                setattr(block, name, module)
+            del jobs
+        if model.args.weight_tying:
+            model.tied_head = made([(head or make, model.transformer.wte.weight.detach(), None)])[0]
     compact = exact_int8(model.transformer.wte.weight)
     if compact is not None:   # SmolLM2's Q8_0 table: 32 MB where its fp32 copy took 113
         model.transformer.wte = compact
@@ -190,20 +206,9 @@ def pack_bf16(model: Transformer) -> Transformer:
 def _pack(model: Transformer, make, head=None) -> Transformer:
     """Every projection of every block by make(weight, bias), the FUSED_LINEARS' parts as one product each, and a
     tied head by (head or make)(embedding, None); in place."""
-    threads = torch.get_num_threads()
-    places, jobs = [], []
-    for block in model.transformer.blocks:
-        for fused, names in FUSED_LINEARS.items():
-            parts = [getattr(block, name) for name in names]
-            bias = None if parts[0].bias is None else torch.cat([part.bias.detach() for part in parts])
-            places.append((block, fused, names))
-            jobs.append((make, torch.cat([part.weight.detach() for part in parts]), bias))
-    for (block, fused, names), module in zip(places, _made(jobs, threads)):
-        setattr(block, fused, module)
-        for name in names:
-            delattr(block, name)
-    fused_names = {name for names in FUSED_LINEARS.values() for name in names}
-    return _replace_products(model, [name for name in BLOCK_LINEARS if name not in fused_names], make, threads, head)
+    fused = {name for names in FUSED_LINEARS.values() for name in names}
+    groups = list(FUSED_LINEARS.items()) + [(name, (name,)) for name in BLOCK_LINEARS if name not in fused]
+    return _replace_products(model, groups, make, torch.get_num_threads(), head)
 
 
 def quantize_int8(model: Transformer) -> Transformer:
@@ -219,4 +224,4 @@ def quantize_int8(model: Transformer) -> Transformer:
 
     with warnings.catch_warnings():  # torch.ao's eager quantization is deprecated in favour of torchao
         warnings.simplefilter("ignore")
-        return _replace_products(model, INT8_LINEARS, int8)
+        return _replace_products(model, [(name, (name,)) for name in INT8_LINEARS], int8)
