@@ -18,7 +18,6 @@ from llm.lora import MergedAdapter
 from llm.passes import Pass, PassBatcher, forward
 
 
-
 @dataclass
 class Generation:
     text: str             # the reply, up to (not including) end of turn / EOS

@@ -158,12 +158,10 @@ def _replace_products(model: Transformer, groups, make, threads: int = 1, head=N
                 bias = None if linears[0].bias is None else torch.cat([linear.bias.detach() for linear in linears])
                 places.append((name, parts))
                 jobs.append((make, weight, bias))
-                del linears, weight, bias
             for (name, parts), module in zip(places, made(jobs)):
                 for part in parts:
                     delattr(block, part)
                 setattr(block, name, module)
-            del jobs
         if model.args.weight_tying:
             model.tied_head = made([(head or make, model.transformer.wte.weight.detach(), None)])[0]
     compact = exact_int8(model.transformer.wte.weight)

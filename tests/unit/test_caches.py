@@ -2,7 +2,7 @@
 import torch
 
 from llm.blockdiff import BlockOptions, PrefixCache, block_reply
-from llm.caches import KVCaches
+from llm.caches import KEPT_CACHES, KVCaches
 from llm.generate import SpecialIds
 from tests.checkpoints import TINY_MASK, random_ids, tiny_block_model
 
@@ -13,6 +13,11 @@ class Conversation:
     """What names a conversation to the caches (an app.agent.loop.Agent in the server)."""
 
 
+def pool(keep: int = KEPT_CACHES, conversations: int = 0) -> tuple[KVCaches, list[Conversation], list[int]]:
+    """Caches keeping `keep` idle, the conversations, and the system prompt they share."""
+    return KVCaches(tiny_block_model(), keep=keep), [Conversation() for _ in range(conversations)], random_ids(30, 1)
+
+
 def written(model, prompt: list[int], prefix: PrefixCache, tokens: int = 4):
     """A reply of `tokens` tokens after prompt on prefix's cache (its keys join the cache)."""
     return block_reply(model, prompt, SPECIAL, BlockOptions(max_new_tokens=tokens, stop_at_eos=False), prefix)
@@ -20,9 +25,8 @@ def written(model, prompt: list[int], prefix: PrefixCache, tokens: int = 4):
 
 @torch.no_grad()
 def test_a_cache_new_to_a_prompt_starts_from_the_prefix_another_generation_holds():
-    model = tiny_block_model()
-    caches = KVCaches(model)
-    system = random_ids(30, 1)
+    caches, _, system = pool()
+    model = caches.model
     first, second = system + random_ids(5, 2), system + random_ids(7, 3)
     with caches.lent(first) as a:
         written(model, first, a)
@@ -41,9 +45,8 @@ def test_a_caller_never_takes_the_cache_of_another_callers_conversation():
     # two callers' conversations after the same system prompt: neither A's turn nor A's draft, lent a cache while
     # B's conversation is idle, takes B's (which shares only the system prompt with them); B's next turn finds its
     # conversation where it left it
-    model = tiny_block_model()
-    caches = KVCaches(model)
-    system = random_ids(30, 1)
+    caches, _, system = pool()
+    model = caches.model
     a_turn, b_turn = system + random_ids(12, 2), system + random_ids(9, 3)
     with caches.lent(b_turn) as b:
         written(model, b_turn, b)
@@ -62,9 +65,7 @@ def test_a_caller_never_takes_the_cache_of_another_callers_conversation():
 
 @torch.no_grad()
 def test_with_every_idle_cache_kept_a_new_conversation_takes_the_one_given_back_next():
-    model = tiny_block_model()
-    caches = KVCaches(model, keep=2)
-    system = random_ids(30, 1)
+    caches, _, system = pool(keep=2)
     held = []
     for seed in (2, 3):
         with caches.lent(system + random_ids(8, seed)) as c:
@@ -73,13 +74,6 @@ def test_with_every_idle_cache_kept_a_new_conversation_takes_the_one_given_back_
     with caches.lent(system + random_ids(8, 4)) as third:
         assert third is held[0] and third.ids == system   # the least recently returned, cut back: no new cache
     assert caches._idle == [held[1], third]
-
-
-
-
-def pool(keep: int, conversations: int) -> tuple[KVCaches, list[Conversation], list[int]]:
-    """Caches keeping `keep` idle, the conversations, and the system prompt they share."""
-    return KVCaches(tiny_block_model(), keep=keep), [Conversation() for _ in range(conversations)], random_ids(30, 1)
 
 
 def turn(caches: KVCaches, conversation, prompt: list[int], reply: list[int] = ()) -> PrefixCache:
