@@ -21,8 +21,11 @@ class Settings:
     port: int = 8000
     ssl_certfile: str | None = None
     ssl_keyfile: str | None = None
-    max_sessions: int = 4                 # concurrent voice sessions; more get 503
-    # a new call is refused while callers' turns wait longer than this for the language model (measured load)
+    # concurrent voice sessions; more get 503. NOTE: six phone callers at once had a p95 voice-to-voice of at most
+    # 1.5 s in three runs of four on 2 CPU cores (app.loadtest, RELIABILITY.md); past that, max_turn_wait_s refuses
+    max_sessions: int = 6
+    # a new call is refused while the callers on the line are answered slower than this: a turn's work waiting this
+    # long for the language model, or half their replies of late (app.transports.base.no_room)
     max_turn_wait_s: float = 1.5
     connect_timeout_s: float = 20.0       # a WebRTC offer that never connects is dropped after this
     # access (app.server.auth)

@@ -4,6 +4,7 @@ WebSocket's protocol (SocketCall: Twilio, OpenAI's Realtime), this computer's so
 A task that fails ends its call, never the server."""
 import asyncio
 import logging
+import statistics
 import time
 from typing import Callable
 
@@ -14,18 +15,45 @@ from starlette.websockets import WebSocketState
 log = logging.getLogger(__name__)
 
 CLOSE_NORMAL, CLOSE_ERROR = 1000, 1011
+REPLY_WINDOW_S = 30.0   # recent_reply_s: the turns that tell the load a new call would join
 
 
 def no_room(state) -> tuple[str, str] | None:
-    """Why the server (its app.state) cannot take a new call now, as (kind, reason); None when it can."""
+    """Why the server (its app.state) cannot take a new call now, as (kind, reason); None when it can: a free
+    session, and the calls on the line answered within max_turn_wait_s (the measured load: a turn's work waiting for
+    a language-model worker, or half their recent turns' replies slower than that)."""
     if state.services is None or not state.services.ready:
         return "not_ready", "models still loading; try again shortly"
     if len(state.calls) >= state.settings.max_sessions:
         return "busy", f"busy: all {state.settings.max_sessions} sessions are in use; try again later"
+    limit_s = state.settings.max_turn_wait_s
     wait_s = state.services.llm_lanes.turn_wait_s() if state.calls else 0.0
-    if wait_s > state.settings.max_turn_wait_s:
+    if wait_s > limit_s:
         return "busy", f"busy: callers' turns are waiting {wait_s:.1f} s for the language model"
+    reply_s = recent_reply_s(state.calls)
+    if reply_s > limit_s:
+        return "busy", f"busy: the callers on the line wait {reply_s:.1f} s for a reply (their median, of late)"
     return None
+
+
+def recent_reply_s(calls, window_s: float = REPLY_WINDOW_S) -> float:
+    """The median time from a caller's last word to the reply's first audio sent (the turns' e2e_latency), over the
+    turns of `calls` answered in the last window_s seconds; 0.0 when there are none.
+
+    NOTE: turns shared forwards slow each other long before a turn waits for a worker (turn_wait_s sees only load
+    past PARLEY_LLM_BATCH generations at once): five long calls at once (app.loadtest --soak) waited a median 1.75 s
+    at the caller, ~1.5 s by this measure, with no turn waiting for a worker. A median, not a slowest turn: a call
+    whose window moved (app.agent.loop.Agent.prompt) pays one slow turn that says little about the load."""
+    now, replies = time.perf_counter(), []
+    for call in calls:
+        session = getattr(call, "session", None)
+        for trace in reversed(session.turns if session is not None else []):
+            sent = trace.marks.get("first_audio_out")
+            if sent is not None and now - sent > window_s:
+                break   # newest last: the rest are older still
+            if sent is not None:
+                replies.append(trace.end_of_turn_delay_ms / 1000 + sent - trace.start_s)
+    return statistics.median(replies) if replies else 0.0
 
 
 async def refuse_handshake(websocket: WebSocket, status: int, reason: str) -> None:

@@ -14,6 +14,7 @@ from fastapi.testclient import TestClient
 
 from app.cli import main as parley
 from app.pipeline.services import Services
+from app.pipeline.trace import TurnTrace
 from app.server.app import MAX_OFFER_BYTES, create_app
 from app.settings import Settings
 from tests.fakes import FakeEngine, FakeToolbox
@@ -151,6 +152,40 @@ def test_a_call_is_refused_while_turns_wait_for_the_language_model():
         assert refused.status_code == 503 and "waiting" in refused.json()["error"]
         assert refused.headers["retry-after"] == "5" and len(app.state.calls) == 1
         assert lanes.turn_wait_s(window_s=0.0) == 0.0   # out of the window, it no longer counts
+    services.shutdown()
+
+
+def test_a_call_is_refused_while_the_calls_on_the_line_are_answered_slowly():
+    """Admission by measured load, where no turn waits for a worker (forwards shared by many callers slow every
+    turn): a new call gets 503 while half the replies of the calls on the line in the last 30 s came later than
+    max_turn_wait_s after the caller's last word; one slow turn among quick ones, or slow turns long past, do not
+    refuse it."""
+    services = Services(asr=None, tts=None, engine=FakeEngine(lambda m: "Hello."), toolbox=FakeToolbox(),
+                        system_prompt=None, ready=True)
+    app = create_app(Settings(connect_timeout_s=30.0, max_turn_wait_s=1.5), services)
+    offer = {"sdp": offer_sdp(), "type": "offer"}
+
+    def answered(session, reply_s: float, ago_s: float = 1.0) -> None:
+        """A turn of `session` whose first reply audio went out ago_s seconds ago, reply_s after the last word."""
+        trace = TurnTrace(end_of_turn_delay_ms=300.0, start_s=time.perf_counter() - ago_s - (reply_s - 0.3))
+        trace.marks["first_audio_out"] = time.perf_counter() - ago_s
+        session.turns.append(trace)
+
+    with TestClient(app) as client:
+        assert client.post("/offer", json=offer).status_code == 200
+        (session,) = [call.session for call in app.state.calls]
+        for reply_s in (0.8, 0.9, 2.5):
+            answered(session, reply_s)
+        assert client.post("/offer", json=offer).status_code == 200     # one slow turn: the median is 0.9 s
+        for reply_s in (1.9, 2.2):
+            answered(session, reply_s)
+        refused = client.post("/offer", json=offer)
+        assert refused.status_code == 503 and "wait 1.9 s for a reply" in refused.json()["error"]
+        assert refused.headers["retry-after"] == "5" and len(app.state.calls) == 2
+        for turn in session.turns:     # the same turns, half a minute ago
+            turn.start_s -= 40.0
+            turn.marks["first_audio_out"] -= 40.0
+        assert client.post("/offer", json=offer).status_code == 200
     services.shutdown()
 
 
