@@ -39,14 +39,19 @@ class TurnTrace:
                 break
             out[metric] = round((self.marks[mark] - previous) * 1000, 1)
             previous = self.marks[mark]
-        if "first_audio_out" in self.marks:
-            after_endpoint_ms = (self.marks["first_audio_out"] - self.start_s) * 1000
-            out["e2e_latency_ms"] = round(self.end_of_turn_delay_ms + after_endpoint_ms, 1)
+        e2e_ms = self.e2e_latency_ms()
+        if e2e_ms is not None:
+            out["e2e_latency_ms"] = round(e2e_ms, 1)
         out.update(llm_ms=round(self.llm_ms, 1), llm_passes=self.llm_passes, llm_tokens=self.llm_tokens,
                    drafted=self.drafted, end_of_turn="vad" if self.p_complete is None else "lm")
         if self.p_complete is not None:
             out["p_complete"] = round(self.p_complete, 4)
         return out
+
+    def e2e_latency_ms(self) -> float | None:
+        """The caller's last voiced frame to the reply's first audio sent; None until it is sent."""
+        sent = self.marks.get("first_audio_out")
+        return None if sent is None else self.end_of_turn_delay_ms + (sent - self.start_s) * 1000
 
     def metrics_event(self) -> dict:
         return {"type": "metrics", **self.metrics()}

@@ -49,10 +49,11 @@ def recent_reply_s(calls, window_s: float = REPLY_WINDOW_S) -> float:
         session = getattr(call, "session", None)
         for trace in reversed(session.turns if session is not None else []):
             sent = trace.marks.get("first_audio_out")
-            if sent is not None and now - sent > window_s:
+            if sent is None:
+                continue
+            if now - sent > window_s:
                 break   # newest last: the rest are older still
-            if sent is not None:
-                replies.append(trace.end_of_turn_delay_ms / 1000 + sent - trace.start_s)
+            replies.append(trace.e2e_latency_ms() / 1000)
     return statistics.median(replies) if replies else 0.0
 
 
