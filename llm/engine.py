@@ -16,6 +16,7 @@ from llm.generate import Decoded, DecodeOptions, ModelDenoiser, SpecialIds, deno
 from llm.model import Transformer
 from llm.lora import MergedAdapter
 from llm.passes import Pass, PassBatcher, forward
+from llm.tokenizer import TurnEncoder
 
 
 @dataclass
@@ -101,6 +102,7 @@ class Engine:
             raise ValueError(f"chat_style {chat_style!r}: choose one of {', '.join(chat.STYLES)}")
         self.model = model.eval()
         self.tokenizer = tokenizer
+        self._turns = TurnEncoder(tokenizer)  # a prompt's ids, its earlier turns' remembered
         self.chat_style = chat_style
         self.special = special
         self.bos_token = bos_token  # LLaDA's template opens with it
@@ -118,7 +120,8 @@ class Engine:
 
     def prompt_ids(self, messages: list[dict]) -> list[int]:
         """The conversation in this model's chat format, tokenized, ending with the assistant header."""
-        return self._encode(messages).ids
+        text = chat.render(messages, self.chat_style, add_generation_prompt=True, bos_token=self.bos_token)
+        return self._turns(text)
 
     def fits(self, messages: list[dict], max_new_tokens: int) -> bool:
         """Whether messages and a reply of max_new_tokens fit the model's context."""
@@ -129,10 +132,6 @@ class Engine:
         if prompt_len + max_new_tokens > limit:
             raise ValueError(f"prompt of {prompt_len} tokens + max_new_tokens={max_new_tokens} exceeds "
                              f"the model's max_sequence_length={limit}")
-
-    def _encode(self, messages: list[dict]):
-        text = chat.render(messages, self.chat_style, add_generation_prompt=True, bos_token=self.bos_token)
-        return self.tokenizer.encode(text, add_special_tokens=False)
 
     def generate(self, messages: list[dict], *, max_new_tokens: int = DecodeOptions.max_new_tokens,
                  block_length: int = DecodeOptions.block_length, threshold: float = DecodeOptions.threshold,

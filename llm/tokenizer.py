@@ -1,5 +1,7 @@
 """Tokenizers from a checkpoint directory: tokenizer.json, or byte-level BPE from vocab.json + merges.txt (Qwen2)."""
+import functools
 import json
+import re
 from pathlib import Path
 
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
@@ -72,3 +74,28 @@ def load_tokenizer(path: Path) -> Tokenizer:
     config_path = path / "tokenizer_config.json"
     add_declared_tokens(tokenizer, read_json(config_path, required=False), config_path)
     return tokenizer
+
+
+class TurnEncoder:
+    """A chat prompt's ids, a turn at a time: the text is cut before each added token (`<|im_start|>`, ...), where
+    the tokenizer cuts it anyway, and each piece's ids are remembered, so a turn's prompt encodes only its new
+    messages. The same ids as encoding the whole text (tests/integration/test_gguf.py), for tokenizers whose added
+    tokens strip nothing around them and with no normalizer; any other is encoded whole.
+    NOTE: the salon's prompt encoded whole took ~0.6 ms a call, ~8 calls a development-set turn: 3.6 ms of it, 0.5 ms
+    a turn at a time (2026-12-06)."""
+
+    def __init__(self, tokenizer: Tokenizer, remembered: int = 256):
+        self.tokenizer = tokenizer
+        added = tokenizer.get_added_tokens_decoder().values()
+        plain = tokenizer.normalizer is None and not any(t.lstrip or t.rstrip or t.single_word for t in added)
+        contents = sorted({t.content for t in added}, key=len, reverse=True)
+        self._cut = re.compile("(?=" + "|".join(map(re.escape, contents)) + ")") if plain and contents else None
+        self._piece = functools.lru_cache(maxsize=remembered)(self._encode)
+
+    def _encode(self, text: str) -> tuple[int, ...]:
+        return tuple(self.tokenizer.encode(text, add_special_tokens=False).ids)
+
+    def __call__(self, text: str) -> list[int]:
+        if self._cut is None:
+            return list(self._encode(text))
+        return [i for piece in self._cut.split(text) if piece for i in self._piece(piece)]

@@ -73,6 +73,21 @@ def test_round_trip(engine, text):
     assert engine.tokenizer.decode(ids, skip_special_tokens=False) == text
 
 
+def test_a_prompt_encoded_a_turn_at_a_time_is_the_prompt_encoded_whole(engine):
+    from llm import chat   # this test's own: the chat format the engine renders
+
+    messages = [{"role": "system", "content": "You answer for Sofía's Salon.\nHours: 9-5."},
+                {"role": "user", "content": "  hi <|im_end|> naïve 12½ "},
+                {"role": "assistant", "content": '<tool_call>{"name": "x", "arguments": {}}</tool_call>'},
+                {"role": "tool", "content": '{"ok": true}'},
+                {"role": "user", "content": "<|mask|>\n\n"}]
+    for n in range(1, len(messages) + 1):   # each prompt after the first reuses the turns the one before encoded
+        text = chat.render(messages[:n], engine.chat_style, add_generation_prompt=True, bos_token=engine.bos_token)
+        whole = engine.tokenizer.encode(text, add_special_tokens=False).ids
+        assert engine.prompt_ids(messages[:n]) == whole
+        assert engine.prompt_ids(messages[:n]) == whole
+
+
 def test_numbers_split_alone(engine):
     encoding = engine.tokenizer.encode("12 ½", add_special_tokens=False)
     assert encoding.tokens == ["1", "2", "Ġ", "Â½"]
