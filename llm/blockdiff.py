@@ -68,7 +68,10 @@ def forced(matcher: Matcher, stop: tuple[int, ...] = ()) -> int | None:
     """The one token the grammar allows next, if it allows exactly one; or the first of the stop ids, if it
     allows nothing else (after a call's `</tool_call>` it allows the end of turn and the end of text: the reply
     is over either way)."""
-    allowed = matcher.allowed().nonzero()[:, 0].tolist()
+    mask = matcher.allowed()
+    if int(mask.sum()) > max(1, len(set(stop))):  # counted first: listing the ~49k of free text took ~1 ms
+        return None
+    allowed = mask.nonzero()[:, 0].tolist()
     if len(allowed) == 1 or allowed and set(allowed) <= set(stop):
         return allowed[0]
     return None
@@ -183,9 +186,12 @@ def block_reply(model: Transformer, prompt: list[int], special: SpecialIds, opts
                 break  # this row read a guess that was not committed
             if matcher is not None:
                 held_row = row.masked_fill(~matcher.allowed(), float("-inf"))
-                share = torch.exp(torch.logsumexp(held_row, -1) - torch.logsumexp(row, -1)).item()
-                row = held_row
-            confidence, token = torch.softmax(row, dim=-1).max(dim=-1)
+                held = torch.logsumexp(held_row, -1)
+                share = torch.exp(held - torch.logsumexp(row, -1)).item()
+                top, token = held_row.max(dim=-1)
+                confidence = torch.exp(top - held)  # the softmax's largest, without the softmax
+            else:
+                confidence, token = torch.softmax(row, dim=-1).max(dim=-1)
             if new and not guess and (opts.threshold == 1.0 or confidence.item() < opts.threshold):
                 break  # a mask row commits only what it is sure enough of, at 1.0 nothing: it is a guess
             token = token.item()

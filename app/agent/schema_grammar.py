@@ -136,9 +136,16 @@ class ReplyMatcher:
         self._bits = np.zeros((vocab_size + 31) // 32, dtype=np.int32)
         self._consumed = 0  # tokens fed to the llguidance matcher
         self._stopped = False  # a stop id was accepted after them
+        self._allowed: torch.Tensor | None = None  # allowed() of this state, until accept or rollback moves it
 
     def allowed(self) -> torch.Tensor:
-        """(vocab_size,) bool: the tokens `accept` takes next."""
+        """(vocab_size,) bool: the tokens `accept` takes next. The same tensor until the state moves: read it,
+        never write it (a decoder asks twice a token: whether the grammar forces one, then to mask the logits)."""
+        if self._allowed is None:
+            self._allowed = self._mask()
+        return self._allowed
+
+    def _mask(self) -> torch.Tensor:
         if self._stopped:
             return torch.zeros(self._vocab_size, dtype=torch.bool)
         self._matcher.unsafe_compute_mask_ptr(self._bits.ctypes.data, self._bits.nbytes)
@@ -153,17 +160,20 @@ class ReplyMatcher:
             return False
         if token in self._stop_ids:
             self._stopped = self._matcher.is_accepting()
+            self._allowed = None if self._stopped else self._allowed
             return self._stopped
         if self._matcher.validate_tokens([token]) != 1:  # checked first: a refused token would poison the matcher
             return False
         consumed = self._matcher.consume_token(token)
         assert consumed, self._matcher.get_error()
         self._consumed += 1
+        self._allowed = None
         return True
 
     def rollback(self, n: int) -> None:
         """Undo the last n accepted tokens."""
         assert 0 <= n <= self._consumed + self._stopped, f"cannot roll back {n} tokens"
+        self._allowed = None if n else self._allowed
         if n and self._stopped:
             self._stopped, n = False, n - 1
         if n:
