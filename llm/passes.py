@@ -51,9 +51,13 @@ def passes(model: Transformer, work: list[Pass]) -> list[torch.Tensor]:
             mask = torch.cat([torch.ones(T, p.start, dtype=torch.bool, device=device), chunk], dim=1)
         masks.append(mask)
     x = model.embed(torch.cat([p.ids for p in work])[None])  # (1, T, d)
+    joint = _JointRope(model.args, cos, sin) if model.transformer.blocks[0].qkv is not None else None
     for i, block in enumerate(model.transformer.blocks):
-        q, k, v = block.project(block.attn_norm(x))  # q (1, H, T, D), k v (1, Hkv, T, D)
-        q, k = kernels.rope(q, k, cos, sin)
+        if joint is not None:
+            q, k, v = joint(block.qkv(block.attn_norm(x))[0])
+        else:
+            q, k, v = block.project(block.attn_norm(x))  # q (1, H, T, D), k v (1, Hkv, T, D)
+            q, k = kernels.rope(q, k, cos, sin)
         ys = []
         for p, (a, b), mask in zip(work, spans, masks):
             end = p.start + b - a
@@ -65,6 +69,28 @@ def passes(model: Transformer, work: list[Pass]) -> list[torch.Tensor]:
         y = ys[0] if len(ys) == 1 else torch.cat(ys, dim=2)
         x = block.mlp(x + block.merge(y))
     return [x[0, a:b] for a, b in spans]
+
+
+class _JointRope:
+    """q, k and v from a fused qkv product (llm.quant's packed CPU model), q and k rotated together: one rotation of
+    every head a layer, its signed sine made once a forward. The same products bit for bit as project() and
+    kernels.rope_ref. NOTE: 2-4% off a pass of 1, 9 or 64 rows (SmolLM2, 2 threads, the two ways alternated in one
+    process, 2026-12-06): the CPU's small passes pay per op."""
+
+    def __init__(self, args, cos: torch.Tensor, sin: torch.Tensor):
+        self.heads, self.kv_heads, self.head_dim = args.n_heads, args.n_kv_heads, args.head_dim
+        half = args.head_dim // 2
+        self.half, self.cos = half, cos[:, None]  # (T, 1, D)
+        self.signed = torch.cat((-sin[:, :half], sin[:, half:]), dim=-1)[:, None]  # rotate_half's signs folded in
+
+    def __call__(self, qkv: torch.Tensor):
+        """qkv (T, (H + 2 Hkv) D) -> q (1, H, T, D), k, v (1, Hkv, T, D), q and k rotated."""
+        h, hkv = self.heads, self.kv_heads
+        heads = qkv.view(len(qkv), h + 2 * hkv, self.head_dim)
+        qk = heads[:, :h + hkv]
+        qk = qk * self.cos + qk.roll(self.half, -1) * self.signed
+        return (qk[:, :h].transpose(0, 1)[None], qk[:, h:].transpose(0, 1)[None],
+                heads[:, h + hkv:].transpose(0, 1)[None])
 
 
 def _logits(model: Transformer, rows: torch.Tensor, mask_id: int) -> torch.Tensor:

@@ -74,6 +74,21 @@ def test_fp16_fused_projections_keep_the_q_k_v_biases():
     assert (got - want).abs().max() <= 2e-3 * want.abs().max()
 
 
+@torch.no_grad()
+def test_a_pass_over_fused_projections_is_the_trunks_causal_forward():
+    """llm.passes rotates a packed model's q and k in one product of their heads (llm.passes._JointRope); the trunk
+    projects and rotates them apart (Block.project, kernels.rope): the same hidden states, after a cache too."""
+    from llm.passes import Pass, passes   # this test's own: the decoder's forward over a packed model
+
+    model = pack_fp16(tiny())
+    ids = torch.randint(0, 96, (1, 24), generator=torch.Generator().manual_seed(1))
+    want = model.trunk(ids, 0, model.new_cache(1, 24), causal=True)[0]
+    cache = model.new_cache(1, 24)
+    first, = passes(model, [Pass(cache, 0, ids[0, :17])])
+    rest, = passes(model, [Pass(cache, 17, ids[0, 17:])])
+    torch.testing.assert_close(torch.cat([first, rest]), want, atol=1e-5, rtol=1e-5)
+
+
 def test_fp16_linear_is_the_fp32_product_of_fp16_rounded_weights_with_a_bias():
     torch.manual_seed(0)
     weight, bias, x = torch.randn(40, 24), torch.randn(40), torch.randn(3, 5, 24)
