@@ -3,6 +3,7 @@ through the whole pipeline (real Whisper and Piper), with the language model's j
 import asyncio
 import dataclasses
 import os
+import threading
 
 import numpy as np
 import pytest
@@ -129,3 +130,34 @@ def test_a_caller_who_goes_on_after_the_turn_ended_is_answered_once_for_all_of_i
     assert _finals(events, "reply") == [f"You said: {transcripts[1]}"]
     users = [m["content"] for m in session.agent.messages if m["role"] == "user"]
     assert users == [transcripts[1]]                                 # the cut-off half left the history
+
+
+def test_a_lone_callers_turn_is_judged_beside_its_first_phrase_and_a_busy_servers_first(transcriber, synthesizer,
+                                                                                          speak):
+    # alone, the judgement waits for the draft's first phrase (the reply could not start before its audio); while
+    # another call's generation runs, it comes first, so that the decision adopts the draft (app.pipeline.lanes)
+    engine = JudgingEngine(lambda m: "Friday works. We have three openings that afternoon.")
+    engine.judged = []
+    generated_before = []
+    judge = engine.end_of_turn_probability
+
+    def spy(text):
+        generated_before.append(len(engine.calls))
+        return judge(text)
+
+    engine.end_of_turn_probability = spy
+    services, turn = _services(transcriber, synthesizer, engine), trim(speak(f"{HEAD} {TAIL}"))
+    options = SessionOptions(realtime=True)
+    events, session, _ = asyncio.run(talk(services, turn, realtime=True, options=options))
+    alone = list(generated_before)
+    assert session.turns[0].metrics()["p_complete"] == 0.9 and alone[-1] == 1, alone   # after the draft's generation
+    engine.calls.clear()
+    generated_before.clear()
+    busy = threading.Event()
+    services.llm_lanes.submit(busy.wait)   # another caller's generation, running
+    try:
+        events, session, _ = asyncio.run(talk(services, turn, realtime=True, options=options))
+    finally:
+        busy.set()
+    assert session.turns[0].metrics()["p_complete"] == 0.9 and generated_before[-1] == 0, generated_before
+    assert _finals(events, "reply") == ["Friday works. We have three openings that afternoon."]
