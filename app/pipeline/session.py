@@ -49,7 +49,7 @@ class SessionOptions:
     # dropped drafts take nothing from anyone. At VadConfig.tail_ms the endpoint's audio is already what it will be.
     # NOTE: `python -m app.bench --repeats 2` (2 AMD EPYC cores, 2026-12-06): e2e 507.9 against 588.6 ms, the end of
     # turn decided at the same 340 ms of silence (EndpointPolicy.check_ms): the first sound had waited for the draft.
-    speculate_idle_ms: int | None = 100
+    speculate_idle_ms: int | None = 80
     # The reply's first audio is a short first phrase (speech.tts.ClauseSplitter): its first clause boundary, or
     # about this many words into a long sentence. None: whole clauses only.
     first_phrase_words: int | None = 8
