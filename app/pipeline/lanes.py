@@ -37,6 +37,7 @@ class LanePool:
         self._ready = threading.Condition()
         self._closed = False
         self._threads: list[threading.Thread] = []
+        self._idle_since = time.monotonic()   # when the last job ended with none waiting
         self.urgent = _Lane(self, URGENT)
         self.speculative = _Lane(self, SPECULATIVE)
 
@@ -85,6 +86,11 @@ class LanePool:
         with self._ready:
             return bool(self._running or self._queue)
 
+    def quiet_s(self) -> float:
+        """Seconds since the last job ended with none running or waiting; 0 while one is."""
+        with self._ready:
+            return 0.0 if self._running or self._queue else time.monotonic() - self._idle_since
+
     def waiting(self) -> tuple[int, int]:
         """(urgent, speculative) jobs not yet started."""
         with self._ready:
@@ -128,6 +134,8 @@ class LanePool:
             with self._ready:
                 self._running = [running for running in self._running if running is not entry]
                 self._entries.pop(future, None)
+                if not self._running and not self._queue:
+                    self._idle_since = time.monotonic()
 
 
 class _Lane(Executor):

@@ -81,6 +81,10 @@ class Services:
         """Whether Whisper or Piper is working or has work waiting."""
         return self.asr_lanes.busy() or self.partial_lanes.busy() or self.tts_lanes.busy()
 
+    def speech_quiet_s(self) -> float:
+        """Seconds since Whisper and Piper last had work; 0 while they do."""
+        return min(lanes.quiet_s() for lanes in (self.asr_lanes, self.partial_lanes, self.tts_lanes))
+
     @classmethod
     def load(cls, settings: Settings, speech: bool = True) -> "Services":
         """Load the ASR, TTS and LLM named by the settings, and the business tools; speech=False: the LLM and the
@@ -176,9 +180,10 @@ def idle_speech_threads(engine, asr_threads: int) -> int:
 
 def served_threads(services: Services) -> str:
     """The threads each model got, in words (what a benchmark's figures were measured with)."""
-    engine, lent = services.engine, services.engine.batcher.threads
+    engine, lent = services.engine, services.engine.batcher.threads is not None
+    idle = idle_speech_threads(engine, services.asr.options.cpu_threads) if lent else None
     llm_threads = "its device" if engine.device.type != "cpu" else (
-        f"{torch.get_num_threads()}" + (f", {lent(1)} while speech is idle" if lent is not None else ""))
+        f"{torch.get_num_threads()}" + (f", {idle} while speech is idle" if lent else ""))
     return f"threads: Whisper {services.asr.options.cpu_threads}, LLM {llm_threads}"
 
 
@@ -206,6 +211,15 @@ def tts_threads() -> int:
     return 1 if (os.cpu_count() or 1) <= 2 else 0
 
 
+# A pass lent both cores waits until speech work has been over this long. NOTE: the brain's two-thread passes right
+# after a Whisper run were slow (2 AMD EPYC cores, 2026-12-07, a 15-row pass in one process): 42 ms when the run had
+# just ended, 35 ms 20 ms later, 29-30 from 50 ms on, against 26-27 on one thread and 18-19 for a two-thread pass
+# right after another; three passes from the run's end took 93 ms on two threads each, 73 ms as 1, 1 then 2. In
+# `app.bench`'s lone-caller drafts the first pass after Whisper took 28 ms on one thread against 50-54 on two, and
+# the drafts ended a median 18 ms sooner.
+SPEECH_SETTLE_S = 0.05
+
+
 def _lend_idle_cores(services: Services) -> None:
     """While Whisper and Piper have nothing to do and one generation runs (a caller's silence: the draft's
     reply, the end-of-turn judgement), the brain's passes run on every core the process's OpenMP budget leaves
@@ -226,4 +240,5 @@ def _lend_idle_cores(services: Services) -> None:
     own, idle = _own_threads(engine), idle_speech_threads(engine, services.asr.options.cpu_threads)
     if idle <= own:
         return
-    engine.batcher.threads = lambda generations: idle if generations <= 1 and not services.speech_busy() else own
+    engine.batcher.threads = lambda generations: (
+        idle if generations <= 1 and services.speech_quiet_s() >= SPEECH_SETTLE_S else own)

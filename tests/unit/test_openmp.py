@@ -2,6 +2,7 @@
 a forward runs on the threads chosen for it, off the main thread, and leaves no OpenMP workers behind."""
 import os
 import threading
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -91,6 +92,7 @@ def test_the_brain_gets_every_core_while_speech_has_nothing_to_do(monkeypatch):
     finally:
         torch.set_num_threads(own)
     threads = services.engine.batcher.threads
+    time.sleep(services_module.SPEECH_SETTLE_S)
     assert threads(1) == 2
     assert threads(2) == 1           # other callers' generations: their speech comes and goes between passes
     gate, started = threading.Event(), threading.Event()
@@ -100,8 +102,10 @@ def test_the_brain_gets_every_core_while_speech_has_nothing_to_do(monkeypatch):
         assert threads(1) == 1       # Piper or Whisper at work: the core is theirs
         gate.set()
         job.result(5)
+        assert threads(1) == 1       # just done: two threads would be slow for a while yet (SPEECH_SETTLE_S)
+        time.sleep(services_module.SPEECH_SETTLE_S)
+        assert threads(1) == 2
         gate.clear(), started.clear()
-    assert threads(1) == 2
     services.shutdown()
 
 
