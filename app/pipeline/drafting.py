@@ -173,6 +173,8 @@ class Drafting:
             return
         if not draft.p_complete.done():
             draft.p_complete.set_result(p)
+        if self._draft is draft and (end := self._decided_end()) is not None:
+            self._end_turn(end)   # now, not at the next 20 ms frame: the phrase's audio is ready by then
 
     @staticmethod
     async def _speculate(lanes: LanePool, draft: Draft, fn, *args, interrupt=None):
