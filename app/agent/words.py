@@ -12,8 +12,10 @@ WRITTEN_WORD = re.compile(r"[^\W_]+(?:'[^\W_]+)*")  # letters and digits, with i
 POSSESSIVES = frozenset({"my", "our", "your", "his", "her", "their"})  # English's possessive determiners
 
 
+@lru_cache(maxsize=4096)
 def fold(text: str) -> str:
-    """Lowercase, accents dropped: 'Sofía' -> 'sofia'."""
+    """Lowercase, accents dropped: 'Sofía' -> 'sofia'. (Remembered: a turn's checks fold the same messages and the
+    profile's names thousands of times.)"""
     text = unicodedata.normalize("NFKD", text.lower())
     return "".join(c for c in text if not unicodedata.combining(c))
 
@@ -43,7 +45,12 @@ def stem(word: str) -> str:
 
 def words_of(text: str) -> list[str]:
     """A text's words as values are compared: folded (`fold`), each `stem`med."""
-    return [stem(w) for w in SENTENCE_WORDS.findall(fold(text))]
+    return list(_words_of(text))
+
+
+@lru_cache(maxsize=4096)
+def _words_of(text: str) -> tuple[str, ...]:
+    return tuple(stem(w) for w in SENTENCE_WORDS.findall(fold(text)))
 
 
 def value_words(value: str) -> set[str]:
