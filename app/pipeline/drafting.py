@@ -4,8 +4,9 @@ From `speculate_ms` of silence (`speculate_idle_ms` while no model has work) a d
 asks the language model whether the turn is complete (SessionOptions.end_of_turn, speech.endpoint), drafts the
 agent's answer up to its first phrase (through the tools' previews: the hours and prices read, a booking checked
 but not made; app.agent.loop.Agent.draft) and synthesizes that phrase, all without side effects (a booking is made
-only after the endpoint). A lone caller's judgement runs beside that synthesis instead of before the answer. If the caller goes on, the draft is dropped; if the turn ends with these words, the turn
-starts from it and the reply goes on from its first phrase.
+only after the endpoint). A lone caller's judgement runs beside that synthesis instead of before the answer. If the
+caller goes on, the draft is dropped; if the turn ends with these words, the turn starts from it and the reply goes
+on from its first phrase.
 A mixin of app.pipeline.session.Session, whose state it uses: options, services, agent, detector, _loop, _draft,
 _policy, _carry, _ready_clause.
 """

@@ -79,11 +79,14 @@ class Services:
 
     def speech_busy(self) -> bool:
         """Whether Whisper or Piper is working or has work waiting."""
-        return self.asr_lanes.busy() or self.partial_lanes.busy() or self.tts_lanes.busy()
+        return any(lanes.busy() for lanes in self._speech_lanes())
 
     def speech_quiet_s(self) -> float:
         """Seconds since Whisper and Piper last had work; 0 while they do."""
-        return min(lanes.quiet_s() for lanes in (self.asr_lanes, self.partial_lanes, self.tts_lanes))
+        return min(lanes.quiet_s() for lanes in self._speech_lanes())
+
+    def _speech_lanes(self) -> tuple[LanePool, ...]:
+        return self.asr_lanes, self.partial_lanes, self.tts_lanes
 
     @classmethod
     def load(cls, settings: Settings, speech: bool = True) -> "Services":
