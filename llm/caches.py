@@ -9,7 +9,9 @@ A conversation that names itself (`serving`: app.agent.loop.Agent does, for its 
 keeps one idle cache, the one its last generation gave back: that holds its latest prompt and reply, and what its
 older ones hold it has moved past (a draft the caller talked over, the turns before its window moved). Its next
 generation takes that cache whatever it must cut back. When more caches would be idle than `keep`, those of no
-conversation going on go first (`release`), then the least recently given back.
+conversation going on go first (`release`), then the least recently given back. Of the caches of conversations
+over, one stays idle at most (a spare: the next caller's first turn copies the system prompt into its touched pages);
+the others go when their conversation ends, so memory follows the calls going on.
 NOTE: before caches had conversations, five phone callers asking for 150 s (app.loadtest --soak, 2026-12-06) gave
 26 turns a cache of another caller's (the least recently given back, while its caller listened) and 19 a new one
 with the system prompt alone: 8.7k of 16.6k prompt rows re-read, and the callers they were taken from read theirs
@@ -34,6 +36,7 @@ class KVCaches:
         self._idle: list[PrefixCache] = []   # least recently given back first
         self._lent: list[PrefixCache] = []
         self._owners: dict[int, weakref.ref] = {}   # id(cache) -> the conversation it serves, where one is named
+        self._over: list[int] = []   # id(cache) of idle caches whose conversation is over, the last one's last
         self._lock = threading.Lock()
         self._local = threading.local()
 
@@ -53,6 +56,10 @@ class KVCaches:
         with self._lock:
             for key in [key for key, ref in self._owners.items() if ref == owner]:
                 del self._owners[key]
+                if any(id(c) == key for c in self._idle):
+                    self._over.append(key)
+            for spare in [c for c in self._idle if id(c) in self._over[:-1]]:
+                self._drop(spare)   # a long call's cache holds ~50 MB (SmolLM2, 46 KB a position)
 
     @contextmanager
     def lent(self, prompt: list[int]):
@@ -78,7 +85,7 @@ class KVCaches:
 
         The conversation's own idle cache, where it has one. Else an idle cache of no other conversation going on
         that holds nothing the prompt does not start with, or holds the whole prompt (a reply was written after
-        it); of those, the one sharing the longest prefix. Where there is none, a new cache; or, with `keep` idle
+        it), or is the spare of a conversation over; of those, the one sharing the longest prefix. Where there is none, a new cache; or, with `keep` idle
         already, the one the next give-back would drop anyway (a new cache's fresh pages cost a fresh process's
         first turns: `python ../shared/evalsets/check_dev.py` 263.2 ms a turn against 248.4).
         NOTE: taking the idle cache that shared the longest prefix (of those sharing only the system prompt, the
@@ -92,12 +99,12 @@ class KVCaches:
             return shared(c) in (len(c.ids), len(prompt))
 
         mine = [c for c in self._idle if owner is not None and self._owners.get(id(c)) == owner]
-        free = [c for c in self._idle if whole(c) and not self._serves_another(c, owner)]
+        free = [c for c in self._idle if (whole(c) or id(c) in self._over) and not self._serves_another(c, owner)]
         best = max(mine or free, key=shared, default=None)
         if best is None and len(self._idle) >= self.keep:
             best = self._next_to_go()
         if best is not None:
-            self._idle.remove(best)
+            self._drop(best)   # from the idle ones: lent now
             prefix = best
         else:
             prefix = PrefixCache(self.model.new_cache(1, self.model.args.max_sequence_length))
@@ -126,6 +133,8 @@ class KVCaches:
     def _drop(self, prefix: PrefixCache) -> None:
         self._idle.remove(prefix)
         self._owners.pop(id(prefix), None)
+        if id(prefix) in self._over:
+            self._over.remove(id(prefix))
 
     def _trim(self) -> None:
         while len(self._idle) > self.keep:

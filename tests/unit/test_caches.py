@@ -118,3 +118,20 @@ def test_the_cache_of_a_conversation_over_goes_before_those_of_calls_going_on():
     caches.release(c)
     caches.resize(1)                                        # as calls end, the pool shrinks from the ended ones
     assert caches._idle == [of_b]
+
+
+def test_of_the_conversations_over_one_cache_stays_idle_for_the_next_caller():
+    # a long call's cache holds ~50 MB: those of calls over go when the call ends, all but the last one's
+    caches, (a, b, c, d), system = pool(keep=4, conversations=4)
+    of_a = turn(caches, a, system + random_ids(10, 2))
+    of_b = turn(caches, b, system + random_ids(10, 3))
+    of_c = turn(caches, c, system + random_ids(10, 4))
+    caches.release(a)
+    assert caches._idle == [of_a, of_b, of_c]               # room to spare, yet only one call is over
+    caches.release(b)
+    assert caches._idle == [of_b, of_c]                     # A's went when B's call ended too
+    of_d = turn(caches, d, system + random_ids(10, 5))     # a new caller takes the spare, system prompt held
+    assert of_d is of_b and caches._idle == [of_c, of_d]
+    caches.release(c)
+    caches.release(d)
+    assert caches._idle == [of_d]
