@@ -85,9 +85,10 @@ class KVCaches:
 
         The conversation's own idle cache, where it has one. Else an idle cache of no other conversation going on
         that holds nothing the prompt does not start with, or holds the whole prompt (a reply was written after
-        it), or is the spare of a conversation over; of those, the one sharing the longest prefix. Where there is none, a new cache; or, with `keep` idle
-        already, the one the next give-back would drop anyway (a new cache's fresh pages cost a fresh process's
-        first turns: `python ../shared/evalsets/check_dev.py` 263.2 ms a turn against 248.4).
+        it), or is the spare of a conversation over; of those, the one sharing the longest prefix. Where there is
+        none, a new cache; or, with `keep` idle already, the one the next give-back would drop anyway (a new cache's
+        fresh pages cost a fresh process's first turns: `python ../shared/evalsets/check_dev.py` 263.2 ms a turn
+        against 248.4).
         NOTE: taking the idle cache that shared the longest prefix (of those sharing only the system prompt, the
         oldest) let a phone caller's turn take another caller's conversation while its own cache was lent to its
         draft: with two callers at once (app.loadtest, 2026-12-06) turns re-read 117-233 prompt tokens that a lone
@@ -99,7 +100,8 @@ class KVCaches:
             return shared(c) in (len(c.ids), len(prompt))
 
         mine = [c for c in self._idle if owner is not None and self._owners.get(id(c)) == owner]
-        free = [c for c in self._idle if (whole(c) or id(c) in self._over) and not self._serves_another(c, owner)]
+        free = [c for c in self._idle
+                if (whole(c) or id(c) in self._over) and not self._serves_another(c, owner)]
         best = max(mine or free, key=shared, default=None)
         if best is None and len(self._idle) >= self.keep:
             best = self._next_to_go()
