@@ -57,9 +57,7 @@ class KVCaches:
             for key in [key for key, ref in self._owners.items() if ref == owner]:
                 del self._owners[key]
                 if any(id(c) == key for c in self._idle):
-                    self._over.append(key)
-            for spare in [c for c in self._idle if id(c) in self._over[:-1]]:
-                self._drop(spare)   # a long call's cache holds ~50 MB (SmolLM2, 46 KB a position)
+                    self._spare(key)
 
     @contextmanager
     def lent(self, prompt: list[int]):
@@ -75,7 +73,16 @@ class KVCaches:
                     for older in [c for c in self._idle if self._owners.get(id(c)) == owner]:
                         self._drop(older)
                 self._idle.append(prefix)
+                if owner is not None and id(prefix) not in self._owners:   # the call ended while it was lent
+                    self._spare(id(prefix))
                 self._trim()
+
+    def _spare(self, key: int) -> None:
+        """The idle cache `key` is the last of a conversation over: the spare, and the spare before goes (a long
+        call's cache holds ~50 MB: SmolLM2, 46 KB a position)."""
+        self._over.append(key)
+        for spare in [c for c in self._idle if id(c) in self._over[:-1]]:
+            self._drop(spare)
 
     def _borrow(self, prompt: list[int], owner: weakref.ref | None) -> PrefixCache:
         """A cache for `prompt`, its held ids already cut to the prefix it shares (PrefixCache.reuse), and the

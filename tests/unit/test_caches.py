@@ -135,3 +135,17 @@ def test_of_the_conversations_over_one_cache_stays_idle_for_the_next_caller():
     caches.release(c)
     caches.release(d)
     assert caches._idle == [of_d]
+
+
+def test_a_call_that_ends_while_its_generation_runs_leaves_the_spare_when_it_gives_its_cache_back():
+    caches, (a, b), system = pool(keep=4, conversations=2)
+    of_a = turn(caches, a, system + random_ids(10, 2))
+    caches.release(a)                                       # A's is the spare
+    with caches.serving(b), caches.lent(system + random_ids(10, 3)) as of_b:
+        assert of_b is of_a                                 # B, new, takes it
+        of_b.ids += random_ids(5, 4)
+        caches.release(b)                                   # B hangs up while its generation runs
+    assert caches._idle == [of_b] and caches._over == [id(of_b)]
+    c = Conversation()
+    of_c = turn(caches, c, system + random_ids(10, 5))
+    assert of_c is of_b                                     # the next caller takes it
