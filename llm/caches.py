@@ -36,7 +36,7 @@ class KVCaches:
         self._idle: list[PrefixCache] = []   # least recently given back first
         self._lent: list[PrefixCache] = []
         self._owners: dict[int, weakref.ref] = {}   # id(cache) -> the conversation it serves, where one is named
-        self._over: list[int] = []   # id(cache) of idle caches whose conversation is over, the last one's last
+        self._spare: PrefixCache | None = None   # the idle cache of the conversation over last (_keep_spare)
         self._lock = threading.Lock()
         self._local = threading.local()
 
@@ -56,8 +56,9 @@ class KVCaches:
         with self._lock:
             for key in [key for key, ref in self._owners.items() if ref == owner]:
                 del self._owners[key]
-                if any(id(c) == key for c in self._idle):
-                    self._spare(key)
+                ended = next((c for c in self._idle if id(c) == key), None)
+                if ended is not None:
+                    self._keep_spare(ended)
 
     @contextmanager
     def lent(self, prompt: list[int]):
@@ -74,15 +75,15 @@ class KVCaches:
                         self._drop(older)
                 self._idle.append(prefix)
                 if owner is not None and id(prefix) not in self._owners:   # the call ended while it was lent
-                    self._spare(id(prefix))
+                    self._keep_spare(prefix)
                 self._trim()
 
-    def _spare(self, key: int) -> None:
-        """The idle cache `key` is the last of a conversation over: the spare, and the spare before goes (a long
+    def _keep_spare(self, prefix: PrefixCache) -> None:
+        """`prefix`, idle, is the last cache of a conversation over: the spare, and the spare before goes (a long
         call's cache holds ~50 MB: SmolLM2, 46 KB a position)."""
-        self._over.append(key)
-        for spare in [c for c in self._idle if id(c) in self._over[:-1]]:
-            self._drop(spare)
+        before, self._spare = self._spare, prefix
+        if before is not None and before is not prefix:
+            self._drop(before)
 
     def _borrow(self, prompt: list[int], owner: weakref.ref | None) -> PrefixCache:
         """A cache for `prompt`, its held ids already cut to the prefix it shares (PrefixCache.reuse), and the
@@ -108,7 +109,7 @@ class KVCaches:
 
         mine = [c for c in self._idle if owner is not None and self._owners.get(id(c)) == owner]
         free = [c for c in self._idle
-                if (whole(c) or id(c) in self._over) and not self._serves_another(c, owner)]
+                if (whole(c) or c is self._spare) and not self._serves_another(c, owner)]
         best = max(mine or free, key=shared, default=None)
         if best is None and len(self._idle) >= self.keep:
             best = self._next_to_go()
@@ -142,8 +143,8 @@ class KVCaches:
     def _drop(self, prefix: PrefixCache) -> None:
         self._idle.remove(prefix)
         self._owners.pop(id(prefix), None)
-        if id(prefix) in self._over:
-            self._over.remove(id(prefix))
+        if prefix is self._spare:
+            self._spare = None
 
     def _trim(self) -> None:
         while len(self._idle) > self.keep:

@@ -145,7 +145,7 @@ def test_a_call_that_ends_while_its_generation_runs_leaves_the_spare_when_it_giv
         assert of_b is of_a                                 # B, new, takes it
         of_b.ids += random_ids(5, 4)
         caches.release(b)                                   # B hangs up while its generation runs
-    assert caches._idle == [of_b] and caches._over == [id(of_b)]
+    assert caches._idle == [of_b] and caches._spare is of_b
     c = Conversation()
     of_c = turn(caches, c, system + random_ids(10, 5))
     assert of_c is of_b                                     # the next caller takes it
