@@ -31,6 +31,15 @@ class VadConfig:
     tail_ms: int = 80             # unvoiced audio kept after the last voiced frame in SpeechEnd.audio
     max_utterance_ms: int = 20_000  # a turn longer than this is ended anyway (noise that never stops)
     noise_margin_db: float = 3.0  # a voiced frame must also be this much louder than the noise floor; 0 = off
+    # NOTE: webrtcvad calls the fading end of a word voice down to an RMS of ~2 (6 dB) where nothing else is heard: a
+    # phone caller's "What's your address?" after a noise-suppressed line (its last word's decay into digital
+    # silence) was voice 100 ms after its level fell under 30 dB (RMS ~32, -60 dBFS), which the caller waits through
+    # before the turn can end; the six questions of `app.loadtest`, through the phone line's mu-law and upsampling:
+    # 20 / 20 / 60 / 0 / 80 / 60 ms of such a tail at 20 dB, 60 / 40 / 100 / 0 / 100 / 80 at 30. Speech that quiet
+    # is none that Whisper hears; the end-of-turn set's turns (`python -m speech.bench endpoint`) end the same. A
+    # lone phone caller (`python -m app.loadtest --calls 1 --turns 6`, four runs each, alternated with the code
+    # before; 2 AMD EPYC cores, 2026-12-07): p50 720 / 722 / 620 / 681 ms against 799 / 899 / 801 / 800.
+    min_level_db: float = 30.0    # a frame under this level (dB re 1 LSB of int16) is never voice
 
     def __post_init__(self):
         if self.aggressiveness not in (0, 1, 2, 3):
@@ -43,6 +52,8 @@ class VadConfig:
                 raise ValueError(f"{name} must be a multiple of {FRAME_MS} ms in [{low}, {high}], got {value}")
         if not 0 <= self.noise_margin_db <= 20:
             raise ValueError(f"noise_margin_db must be in [0, 20] dB, got {self.noise_margin_db}")
+        if not 0 <= self.min_level_db <= 60:
+            raise ValueError(f"min_level_db must be in [0, 60] dB, got {self.min_level_db}")
         if self.tail_ms > self.silence_ms:
             raise ValueError(f"tail_ms ({self.tail_ms}) must not exceed silence_ms ({self.silence_ms})")
 
@@ -122,13 +133,15 @@ class TurnDetector:
         return self._push_speech(frame, voiced)
 
     def _is_voiced(self, frame: np.ndarray) -> bool:
-        """webrtcvad's decision, gated by level above the noise floor: alone, webrtcvad called 66-84% of
-        steady-noise frames voiced at 15-10 dB SNR and those turns never ended; with a 3 dB gate, 0%."""
+        """webrtcvad's decision, gated by level: above `min_level_db`, and above the noise floor (alone, webrtcvad
+        called 66-84% of steady-noise frames voiced at 15-10 dB SNR and those turns never ended; with a 3 dB gate,
+        0%)."""
         voiced = self._vad.is_speech(frame.tobytes(), SAMPLE_RATE_HZ)
-        if self.config.noise_margin_db == 0:
-            return voiced
         x = frame.astype(np.float64)
         level_db = 20 * math.log10(math.sqrt(float(np.dot(x, x)) / x.size) + 1.0)
+        voiced = voiced and level_db >= self.config.min_level_db
+        if self.config.noise_margin_db == 0:
+            return voiced
         self._levels_db[self._levels_seen % _FLOOR_WINDOW_FRAMES] = level_db
         self._levels_seen += 1
         n = min(self._levels_seen, _FLOOR_WINDOW_FRAMES)

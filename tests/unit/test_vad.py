@@ -2,7 +2,8 @@
 import numpy as np
 import pytest
 
-from speech.audio import FRAME_MS, FRAME_SAMPLES, SAMPLE_RATE_HZ, frames
+from speech.audio import (FRAME_MS, FRAME_SAMPLES, SAMPLE_RATE_HZ, Upsampler, frames, mulaw_to_pcm, pcm_to_mulaw,
+                          resample)
 from speech.vad import SpeechEnd, SpeechStart, TurnDetector, VadConfig, detect_turns
 from speech.wer import word_error_rate
 
@@ -150,6 +151,7 @@ def test_state_reset_and_input_checks(speak):
     (dict(preroll_ms=-20), "preroll_ms"),
     (dict(tail_ms=200, silence_ms=100), "tail_ms"),
     (dict(noise_margin_db=-1), r"noise_margin_db must be in \[0, 20\]"),
+    (dict(min_level_db=70), r"min_level_db must be in \[0, 60\]"),
 ])
 def test_config_validation_names_the_valid_range(bad, message):
     with pytest.raises(ValueError, match=message):
@@ -169,3 +171,19 @@ def test_endpoint_audio_during_the_silence_is_what_speech_end_carries(speak):
     assert early is not None and end is not None
     assert np.array_equal(early, end.audio)
     assert detector.trailing_silence_ms == 0.0 and detector.endpoint_audio().size == 0
+
+
+def test_a_words_fading_end_under_hearing_is_no_voice(speak):
+    # a phone line: the words at 8 kHz through mu-law, upsampled as app.transports.twilio hears them, then the
+    # digital silence of a noise-suppressed line; webrtcvad alone calls the last word's decay voice down to RMS ~2
+    line = mulaw_to_pcm(pcm_to_mulaw(resample(speak("What's your address?"), SAMPLE_RATE_HZ, 8000)))
+    audio = np.concatenate([_silence(500), Upsampler(8000, SAMPLE_RATE_HZ)(line), _silence(1500)])
+    levels = [20 * np.log10(np.sqrt(np.mean(f.astype(np.float64) ** 2)) + 1.0) for f in frames(audio)]
+    heard_ms = (max(i for i, level in enumerate(levels) if level >= VadConfig().min_level_db) + 1) * FRAME_MS
+    ends = {}
+    for floor in (VadConfig().min_level_db, 0.0):
+        events = detect_turns(audio, VadConfig(min_level_db=floor))
+        assert _kinds(events) == ["SpeechStart", "SpeechEnd"]
+        ends[floor] = events[1].last_voiced_ms
+    assert ends[VadConfig().min_level_db] <= heard_ms
+    assert ends[0.0] >= heard_ms + 3 * FRAME_MS   # the decay the floor leaves out
