@@ -284,19 +284,23 @@ def capacity(rows: list[dict]) -> int:
 
 
 async def churn(url: str, words: np.ndarray, cycles: int, parallel: int = 2, seed: int = 0) -> str:
-    """`cycles` short calls, `parallel` at a time, each hung up 0-3 s after its words."""
+    """`cycles` short calls, `parallel` at a time, each hung up 0-3 s after its words. RSS is read before, half way
+    and after: a server's first calls at once grow it to a plateau (a KV cache for each, the allocators' pools),
+    where a leak would go on growing through the second half."""
     ws_url = url.replace("http", "ws", 1) + "/telephony/twilio"
     rng = random.Random(seed)
     before = await health(url)
-    not_closed = 0
+    half, not_closed = None, 0
     for batch in range(0, cycles, parallel):
+        if half is None and batch >= cycles // 2:
+            half = await health(url)
         calls = [churn_call(ws_url, words, rng.uniform(0.0, 3.0)) for _ in range(min(parallel, cycles - batch))]
         not_closed += sum(r.not_closed for r in await asyncio.gather(*calls))
     await asyncio.sleep(2.0)
     after = await health(url)
-    b, a = before["process"], after["process"]
+    b, h, a = before["process"], (half or before)["process"], after["process"]
     return (f"churn: {cycles} calls hung up at random moments; not closed by the server: {not_closed}; "
-            f"sessions left: {after['sessions']}; RSS {b['rss_mb']} -> {a['rss_mb']} MB; "
+            f"sessions left: {after['sessions']}; RSS {b['rss_mb']} -> {h['rss_mb']} (half way) -> {a['rss_mb']} MB; "
             f"fds {b['open_fds']} -> {a['open_fds']}; threads {b['threads']} -> {a['threads']}")
 
 

@@ -348,4 +348,4 @@ def test_the_load_generator_times_every_turn_from_the_callers_side(phone, speech
     assert capacity([dict(row, answered=3)]) == 0 and capacity([dict(row, refused=1)]) == 0
     assert percentile([1.0, 2.0, 3.0, 4.0], 0.5) == 2.0 and percentile([1.0, 2.0, 3.0, 4.0], 0.95) == 4.0
     report = asyncio.run(churn(f"http://{host}", questions[1], cycles=4, parallel=2))
-    assert "not closed by the server: 0; sessions left: 0" in report, report
+    assert "not closed by the server: 0; sessions left: 0" in report and "(half way)" in report, report
