@@ -31,7 +31,7 @@ class VadConfig:
     tail_ms: int = 80             # unvoiced audio kept after the last voiced frame in SpeechEnd.audio
     max_utterance_ms: int = 20_000  # a turn longer than this is ended anyway (noise that never stops)
     noise_margin_db: float = 3.0  # a voiced frame must also be this much louder than the noise floor; 0 = off
-    # NOTE: webrtcvad calls the fading end of a word voice down to an RMS of ~2 (6 dB) where nothing else is heard: a
+    # NOTE: webrtcvad calls the fading end of a word voice down to an RMS of ~2 (10 dB) where nothing is heard: a
     # phone caller's "What's your address?" after a noise-suppressed line (its last word's decay into digital
     # silence) was voice 100 ms after its level fell under 30 dB (RMS ~32, -60 dBFS), which the caller waits through
     # before the turn can end; the six questions of `app.loadtest`, through the phone line's mu-law and upsampling:
