@@ -137,8 +137,7 @@ class TurnDetector:
         called 66-84% of steady-noise frames voiced at 15-10 dB SNR and those turns never ended; with a 3 dB gate,
         0%)."""
         voiced = self._vad.is_speech(frame.tobytes(), SAMPLE_RATE_HZ)
-        x = frame.astype(np.float64)
-        level_db = 20 * math.log10(math.sqrt(float(np.dot(x, x)) / x.size) + 1.0)
+        level_db = frame_level_db(frame)
         voiced = voiced and level_db >= self.config.min_level_db
         if self.config.noise_margin_db == 0:
             return voiced
@@ -184,6 +183,12 @@ class TurnDetector:
         self._utterance = []
         self._in_speech = False
         return end
+
+
+def frame_level_db(frame: np.ndarray) -> float:
+    """A frame's RMS level in dB re 1 LSB of int16 (+1 inside the log: digital silence is 0 dB)."""
+    x = frame.astype(np.float64)
+    return 20 * math.log10(math.sqrt(float(np.dot(x, x)) / x.size) + 1.0)
 
 
 def detect_turns(samples: np.ndarray, config: VadConfig = VadConfig()) -> list[SpeechStart | SpeechEnd]:

@@ -4,7 +4,7 @@ import pytest
 
 from speech.audio import (FRAME_MS, FRAME_SAMPLES, SAMPLE_RATE_HZ, Upsampler, frames, mulaw_to_pcm, pcm_to_mulaw,
                           resample)
-from speech.vad import SpeechEnd, SpeechStart, TurnDetector, VadConfig, detect_turns
+from speech.vad import SpeechEnd, SpeechStart, TurnDetector, VadConfig, detect_turns, frame_level_db
 from speech.wer import word_error_rate
 
 SENTENCE = "Please book me a table for four people tomorrow evening."
@@ -178,7 +178,7 @@ def test_a_words_fading_end_under_hearing_is_no_voice(speak):
     # digital silence of a noise-suppressed line; webrtcvad alone calls the last word's decay voice down to RMS ~2
     line = mulaw_to_pcm(pcm_to_mulaw(resample(speak("What's your address?"), SAMPLE_RATE_HZ, 8000)))
     audio = np.concatenate([_silence(500), Upsampler(8000, SAMPLE_RATE_HZ)(line), _silence(1500)])
-    levels = [20 * np.log10(np.sqrt(np.mean(f.astype(np.float64) ** 2)) + 1.0) for f in frames(audio)]
+    levels = [frame_level_db(f) for f in frames(audio)]
     heard_ms = (max(i for i, level in enumerate(levels) if level >= VadConfig().min_level_db) + 1) * FRAME_MS
     ends = {}
     for floor in (VadConfig().min_level_db, 0.0):
