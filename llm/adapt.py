@@ -1,7 +1,7 @@
 """Adapt a pretrained left-to-right model to block diffusion with LoRA, on the CPU, deterministic per seed.
 
 Each example is a tokenized dialogue and the token spans of its assistant replies (each span ends with the
-end-of-turn token, so the model learns to stop). llm.blockdiff.block_batch packs it with noisy copies of its
+end-of-turn token, so the model learns to stop). llm.blocktrain.block_batch packs it with noisy copies of its
 reply blocks; the loss trains every block position the sampler fills. Only the LoRA matrices and the mask
 token's embedding are trained; the base stays as the package ships it. With a teacher weight, the spans of the
 caller's turns are kept as the base reads them (the KL from the base's predictions there joins the loss): the
@@ -19,7 +19,7 @@ from safetensors.torch import load_file, save_file
 from tqdm import tqdm
 
 from llm import lora
-from llm.blockdiff import block_batch, kept_log_probs, packed_loss
+from llm.blocktrain import block_batch, kept_log_probs, packed_loss
 from llm.engine import Engine
 from llm.gguf import build_model, read_gguf, smollm2_path
 from llm.model import DTYPES, Transformer

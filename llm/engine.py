@@ -1,6 +1,7 @@
 """The Engine: a loaded model, its tokenizer and chat format, and `generate` with per-block streaming."""
 import threading
 import time
+from collections import OrderedDict
 from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from typing import Callable
@@ -9,7 +10,7 @@ import torch
 from tokenizers import Tokenizer
 
 from llm import chat
-from llm.blockdiff import BlockOptions, Matcher, block_reply, next_token_logits, prefill_prompt
+from llm.blockdiff import BlockOptions, Matcher, block_reply, known_start, next_token_logits, prefill_prompt
 from llm.caches import KVCaches
 from llm.drafter import Drafter
 from llm.generate import Decoded, DecodeOptions, ModelDenoiser, SpecialIds, denoise_reply
@@ -17,6 +18,11 @@ from llm.model import Transformer
 from llm.lora import MergedAdapter
 from llm.passes import Pass, PassBatcher, forward
 from llm.tokenizer import TurnEncoder
+
+
+# next-token probabilities kept (~200 KB each): a turn's checks ask for ~2 prompts' (app.agent.weighed), a few
+# sessions at once
+KEPT_PROBABILITIES = 8
 
 
 @dataclass
@@ -116,7 +122,9 @@ class Engine:
         # the batcher whose forwards the generations running at once share
         self._caches = KVCaches(model)
         self.batcher = PassBatcher(model, special.mask)
-        self._last_probabilities: tuple[list[int], torch.Tensor] | None = None  # _next_probabilities's last
+        # _next_probabilities's latest answers, by the ids asked (a turn's checks ask for a few, each more than once)
+        self._known: OrderedDict[tuple[int, ...], tuple[torch.Tensor, torch.Tensor]] = OrderedDict()  # logits, p
+        self._lock = threading.Lock()
 
     def prompt_ids(self, messages: list[dict]) -> list[int]:
         """The conversation in this model's chat format, tokenized, ending with the assistant header."""
@@ -201,23 +209,32 @@ class Engine:
     def next_token_probabilities(self, messages: list[dict], written=()) -> torch.Tensor:
         """The model's probabilities (fp32, (vocab,)) for the token of its reply to `messages` that follows the
         reply's first tokens `written`: one pass over the positions the reused KV cache does not hold, whose keys
-        stay there for the reply that follows; none when the last call asked for the same tokens (the agent's
-        checks of one turn ask for its first token's more than once). Needs a model decoded left to right with
-        the block cache (SmolLM2's)."""
+        stay there for the reply that follows; none when one of the last few calls asked for the same tokens (the
+        agent's checks of one turn ask for its first token's and a call's name's, each more than once, and the
+        reply commits from them without a pass: llm.blockdiff.known_start). Needs a model decoded left to right
+        with the block cache (SmolLM2's)."""
         if not self.left_to_right:
             raise ValueError("the next token's probabilities need a model pretrained left to right")
         return self._next_probabilities(self.prompt_ids(messages) + list(written))
 
     def _next_probabilities(self, ids: list[int]) -> torch.Tensor:
-        last = self._last_probabilities  # one read: another session's call may replace it meanwhile
-        if last is not None and last[0] == ids:
-            return last[1]
+        known = self._known.get(tuple(ids))  # one read: another session's call may change the dict meanwhile
+        if known is not None:
+            return known[1]
         self._check_fits(len(ids), 1)
         with self._caches.lent(ids) as prefix, self.batcher.joined() as run:
             logits = next_token_logits(self.model, ids, prefix, self.special.mask, run=run)
         probabilities = torch.softmax(logits, dim=-1)
-        self._last_probabilities = (list(ids), probabilities)
+        with self._lock:
+            self._known[tuple(ids)] = (logits, probabilities)
+            while len(self._known) > KEPT_PROBABILITIES:
+                self._known.popitem(last=False)
         return probabilities
+
+    def _known_logits(self, ids: list[int]) -> torch.Tensor | None:
+        """The head's logits after `ids` when `_next_probabilities` computed them lately (llm.blockdiff.known_start)."""
+        known = self._known.get(tuple(ids))
+        return None if known is None else known[0]
 
     @torch.inference_mode()
     def prefill(self, messages: list[dict], cancel: threading.Event | None = None) -> None:
@@ -270,9 +287,12 @@ class Engine:
 
     def forget_earlier(self) -> None:
         """Drop what earlier generations left: the reused KV caches (the next block generation prefills its whole
-        prompt) and the drafter's remembered replies (a benchmark's repeats would guess themselves whole)."""
+        prompt), the drafter's remembered replies (a benchmark's repeats would guess themselves whole) and the
+        next-token probabilities kept (`next_token_probabilities`)."""
         self._caches.forget()
         self.drafter.forget()
+        with self._lock:
+            self._known.clear()
 
     @torch.inference_mode()
     def generate_blocks(self, prompt_ids: list[int], opts: BlockOptions, on_block=None, cancel=None,
@@ -292,11 +312,20 @@ class Engine:
         left = opts.max_new_tokens - len(written)
         if left < 1:  # written to the length already
             return streamed.finish(Decoded([], 0, "length"))
-        prompt = prompt_ids + written
-        with self._caches.lent(prompt) as prefix, self.batcher.joined() as run:
-            decoded = block_reply(self.model, prompt, self.special, replace(opts, max_new_tokens=left), prefix,
-                                  on_block=streamed.settled, cancel=cancel, matcher=matcher,
-                                  drafter=self.drafter if opts.draft_length else None, run=run)
+        prompt, opts = prompt_ids + written, replace(opts, max_new_tokens=left)
+        # its first tokens without a pass, where the agent's checks read their probabilities already
+        start, ended = known_start(prompt, self._known_logits, self.special, opts, matcher)
+        if start.tokens:
+            streamed.settled(start.tokens)
+        if ended:
+            decoded = start
+        else:
+            with self._caches.lent(prompt + start.tokens) as prefix, self.batcher.joined() as run:
+                rest = block_reply(self.model, prompt + start.tokens, self.special,
+                                   replace(opts, max_new_tokens=left - len(start.tokens)), prefix,
+                                   on_block=streamed.settled, cancel=cancel, matcher=matcher,
+                                   drafter=self.drafter if opts.draft_length else None, run=run)
+            decoded = Decoded(start.tokens + rest.tokens, rest.passes, rest.stopped, start.shares + rest.shares)
         if opts.draft_length and decoded.stopped == "eos":  # with as much of its prompt as a match compares
             self.drafter.remember(prompt[-self.drafter.reach:] + decoded.tokens + list(self.special.stop[:1]))
         return streamed.finish(decoded)

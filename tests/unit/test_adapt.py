@@ -9,7 +9,7 @@ import torch
 
 from llm import lora
 from llm.adapt import AdaptOptions, Example, adapt, apply_adapter
-from llm.blockdiff import block_batch, kept_log_probs, packed_loss
+from llm.blocktrain import block_batch, kept_log_probs, packed_loss
 from llm.passes import Pass, passes
 from llm.quant import fbgemm_available, pack_fp16
 from tests.checkpoints import TINY_MASK as MASK, random_ids, tiny_block_model

@@ -7,7 +7,7 @@ import threading
 import pytest
 import torch
 
-from llm.blockdiff import BlockOptions, PrefixCache, block_reply
+from llm.blockdiff import BlockOptions, PrefixCache, block_reply, known_start
 from llm.generate import SpecialIds, autoregressive_reply
 from llm.passes import Pass, PassBatcher, alone, passes
 from tests.checkpoints import TINY_MASK, random_ids, tiny_block_model
@@ -100,6 +100,36 @@ def test_each_token_says_the_share_of_the_models_probability_the_grammar_allowed
     cut = block_reply(model, ids, SPECIAL, dataclasses.replace(opts, least_share=least), PrefixCache(model.new_cache(1, 256)),
                       matcher=PatternMatcher())
     assert cut.stopped == "unmeant" and cut.tokens == out.tokens[:first + 1] and cut.shares == out.shares[:first + 1]
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("with_grammar", [False, True])
+def test_tokens_whose_logits_are_known_start_the_reply_without_a_pass(with_grammar):
+    """The agent's checks ask for the next token's probabilities after the prompt (and after a call's opening)
+    before the reply is written: known_start commits those tokens from them, as a pass's first row would have,
+    with what the grammar forces after them, and block_reply goes on: the same reply, a pass fewer for each."""
+    model, ids = tiny_block_model(), random_ids()
+    opts = BlockOptions(max_new_tokens=20, block_length=1, threshold=1.0, stop_at_eos=False)
+    truth = block_reply(model, ids, SPECIAL, opts, PrefixCache(model.new_cache(1, 256)),
+                        matcher=PatternMatcher() if with_grammar else None)
+    logits = model.head(model.trunk(torch.tensor([ids + truth.tokens]), causal=True))[0].float()
+    logits = logits.index_fill(1, torch.tensor([MASK]), float("-inf"))   # as a pass's rows have them
+    asked = []
+
+    def known(seq):  # the prompt's and the prompt and first token's, as the checks would have asked
+        asked.append(len(seq) - len(ids))
+        return logits[len(seq) - 1] if len(seq) - len(ids) in (0, 1) else None
+
+    matcher = PatternMatcher() if with_grammar else None
+    start, ended = known_start(ids, known, SPECIAL, opts, matcher)
+    forced = 3 if with_grammar and truth.tokens[0] < 10 else 0   # 10, 11, 12 after a token below 10
+    assert not ended and start.passes == 0 and start.tokens == truth.tokens[:len(start.tokens)]
+    assert len(start.tokens) == (1 + forced if forced else 2) and asked[-1] == len(start.tokens)
+    rest = block_reply(model, ids + start.tokens, SPECIAL, dataclasses.replace(opts, max_new_tokens=20 -
+                       len(start.tokens)), PrefixCache(model.new_cache(1, 256)), matcher=matcher)
+    assert start.tokens + rest.tokens == truth.tokens
+    assert start.shares + rest.shares == pytest.approx(truth.shares, rel=1e-4)
+    assert rest.passes == truth.passes - (1 if forced else 2)
 
 
 class EndsAfter:

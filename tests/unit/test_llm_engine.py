@@ -41,6 +41,29 @@ def test_generate_is_deterministic_and_seeded_sampling_repeats(parley_dir):
     assert greedy[0] == greedy[1] and sampled[0] == sampled[1]
 
 
+def test_a_reply_whose_first_tokens_were_weighed_writes_them_without_a_pass(tmp_path):
+    """The agent's checks read the reply's first token's probabilities, and after a call's opening its tool's
+    (app.agent.weighed): the reply that follows commits those tokens from them, a pass fewer each, the same text."""
+    from llm.engine import Engine
+
+    loaded = llm.load(write_parley(tmp_path, shift_logits=True), device="cpu")
+    engine = Engine(loaded.model, loaded.tokenizer, loaded.chat_style, loaded.special, left_to_right=True)
+    messages = CONVERSATION[:2]
+
+    def reply():
+        return engine.generate(messages, max_new_tokens=12, block_length=1, threshold=1.0, use_cache="block",
+                               stop_at_eos=False)
+
+    alone = reply()
+    engine.forget_earlier()
+    first = engine.next_token_probabilities(messages)
+    assert engine.next_token_probabilities(messages) is first   # asked again: no pass
+    engine.next_token_probabilities(messages, alone.ids[:1])
+    weighed = reply()
+    assert weighed.text == alone.text and weighed.tokens == alone.tokens == 12
+    assert weighed.passes == alone.passes - 2 == 10
+
+
 def test_eos_from_the_checkpoint_ends_the_reply(parley_dir):
     engine = llm.load(parley_dir, device="cpu")
     end = engine.tokenizer.token_to_id(chat.END)
