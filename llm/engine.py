@@ -20,8 +20,8 @@ from llm.passes import Pass, PassBatcher, forward
 from llm.tokenizer import TurnEncoder
 
 
-# next-token probabilities kept (~200 KB each): a turn's checks ask for ~2 prompts' (app.agent.weighed), a few
-# sessions at once
+# next-token answers kept (logits and probabilities, ~400 KB with SmolLM2's vocabulary): a turn's checks ask for
+# ~2 prompts' (app.agent.weighed), a few sessions at once
 KEPT_PROBABILITIES = 8
 
 
