@@ -111,16 +111,17 @@ def prefill_prompt(run, prefix: PrefixCache, prompt: list[int], chunk: int, canc
 
 
 def next_token_logits(model: Transformer, prompt: list[int], prefix: PrefixCache, mask_id: int,
-                      run: Callable | None = None) -> torch.Tensor:
-    """The head's logits (fp32, (vocab,)) for the token after `prompt`, on the reused cache: one pass over what
-    the cache does not hold yet, whose keys stay there for the reply that may follow. run: a PassBatcher's
-    (the pass shares a forward with other generations')."""
+                      run: Callable | None = None, last: int = 1) -> torch.Tensor:
+    """The head's logits (fp32, (k, vocab)) for the token after `prompt` and after each of its `last` - 1 prefixes
+    before it (k <= last: those the pass runs; the last row is the whole prompt's), on the reused cache: one pass
+    over what the cache does not hold yet, whose keys stay there for the reply that may follow. run: a
+    PassBatcher's (the pass shares a forward with other generations')."""
     run = run or alone(model, mask_id)
     start, clean = prefill_prompt(run, prefix, prompt, BlockOptions.prefill_chunk)
     _, logits = run(Pass(prefix.cache, start, torch.tensor(clean, dtype=torch.long, device=prefix.cache.k.device)),
-                    slice(-1, None))
+                    slice(-min(last, len(clean)), None))
     prefix.ids += clean
-    return logits[0]
+    return logits
 
 
 def block_reply(model: Transformer, prompt: list[int], special: SpecialIds, opts: BlockOptions,

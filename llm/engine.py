@@ -20,9 +20,9 @@ from llm.passes import Pass, PassBatcher, forward
 from llm.tokenizer import TurnEncoder
 
 
-# next-token answers kept (logits and probabilities, ~400 KB with SmolLM2's vocabulary): a turn's checks ask for
-# ~2 prompts' (app.agent.weighed), a few sessions at once
-KEPT_PROBABILITIES = 8
+# next-token answers kept (logits, and probabilities where asked: ~200-400 KB with SmolLM2's vocabulary): a turn's
+# checks ask for ~2 prompts' and a call's opening's 8 tokens (app.agent.weighed), a few sessions at once
+KEPT_PROBABILITIES = 24
 
 
 @dataclass
@@ -215,18 +215,24 @@ class Engine:
         with the block cache (SmolLM2's)."""
         if not self.left_to_right:
             raise ValueError("the next token's probabilities need a model pretrained left to right")
-        return self._next_probabilities(self.prompt_ids(messages) + list(written))
+        prompt = self.prompt_ids(messages)
+        return self._next_probabilities(prompt + list(written), 1 + len(written))
 
-    def _next_probabilities(self, ids: list[int]) -> torch.Tensor:
+    def _next_probabilities(self, ids: list[int], rows: int = 1) -> torch.Tensor:
+        """The probabilities after `ids`; the head's logits after each of the `rows` - 1 prefixes before it too,
+        where its pass runs them, kept for the reply (the tokens of a call's opening the checks wrote, which the
+        grammar leaves open: `known_start` commits them from these)."""
         known = self._known.get(tuple(ids))  # one read: another session's call may change the dict meanwhile
         if known is not None:
-            return known[1]
+            return known[1] if known[1] is not None else torch.softmax(known[0], dim=-1)
         self._check_fits(len(ids), 1)
         with self._caches.lent(ids) as prefix, self.batcher.joined() as run:
-            logits = next_token_logits(self.model, ids, prefix, self.special.mask, run=run)
-        probabilities = torch.softmax(logits, dim=-1)
+            logits = next_token_logits(self.model, ids, prefix, self.special.mask, run=run, last=rows)
+        probabilities = torch.softmax(logits[-1], dim=-1)
         with self._lock:
-            self._known[tuple(ids)] = (logits, probabilities)
+            for k, row in enumerate(logits[:-1], len(ids) - len(logits) + 1):
+                self._known.setdefault(tuple(ids[:k]), (row, None))
+            self._known[tuple(ids)] = (logits[-1], probabilities)
             while len(self._known) > KEPT_PROBABILITIES:
                 self._known.popitem(last=False)
         return probabilities

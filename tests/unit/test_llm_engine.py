@@ -43,7 +43,8 @@ def test_generate_is_deterministic_and_seeded_sampling_repeats(parley_dir):
 
 def test_a_reply_whose_first_tokens_were_weighed_writes_them_without_a_pass(tmp_path):
     """The agent's checks read the reply's first token's probabilities, and after a call's opening its tool's
-    (app.agent.weighed): the reply that follows commits those tokens from them, a pass fewer each, the same text."""
+    (app.agent.weighed): the reply that follows commits those tokens, and the opening's own from the same pass's
+    rows, without a pass each: the same text."""
     from llm.engine import Engine
 
     loaded = llm.load(write_parley(tmp_path, shift_logits=True), device="cpu")
@@ -58,10 +59,11 @@ def test_a_reply_whose_first_tokens_were_weighed_writes_them_without_a_pass(tmp_
     engine.forget_earlier()
     first = engine.next_token_probabilities(messages)
     assert engine.next_token_probabilities(messages) is first   # asked again: no pass
-    engine.next_token_probabilities(messages, alone.ids[:1])
+    # after the first two tokens (as a call's opening is asked for): the pass's rows after the first one too
+    engine.next_token_probabilities(messages, alone.ids[:2])
     weighed = reply()
     assert weighed.text == alone.text and weighed.tokens == alone.tokens == 12
-    assert weighed.passes == alone.passes - 2 == 10
+    assert weighed.passes == alone.passes - 3 == 9
 
 
 def test_eos_from_the_checkpoint_ends_the_reply(parley_dir):
