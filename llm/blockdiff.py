@@ -178,21 +178,16 @@ def block_reply(model: Transformer, prompt: list[int], special: SpecialIds, opts
         passes += 1
         prefix.ids += clean
         start += len(clean)
-        new, new_shares, stopped, unmeant = _committed(logits[:len(guess) + 1] if guess else logits, guess, matcher,
-                                                       special, opts)
-        committed = len(new)
+        new, new_shares, committed, end = _committed(logits[:len(guess) + 1] if guess else logits, guess, matcher,
+                                                     special, opts, opts.max_new_tokens - len(tokens))
         # row j predicts token j; those after the committed read masks (every guess before them held): guesses
         drafted = logits[committed:].argmax(-1).tolist() if committed > len(guess) else []
-        if not stopped and not unmeant:
-            stopped = _forced_after(new, new_shares, matcher, special, opts, opts.max_new_tokens - len(tokens))
         tokens += new
         shares += new_shares
         if on_block is not None and new:
             on_block(new)
-        if unmeant:
-            return Decoded(tokens, passes, "unmeant", shares)
-        if stopped or not new:  # the end of turn, or nothing the grammar allows
-            return Decoded(tokens, passes, "eos", shares)
+        if end is not None:
+            return Decoded(tokens, passes, end, shares)
         if len(tokens) >= opts.max_new_tokens:
             return Decoded(tokens, passes, "length", shares)
         # A guess the model committed already has its exact keys in the cache (a pass is causal over its rows,
@@ -214,41 +209,23 @@ def known_start(prompt: list[int], known: Callable[[list[int]], torch.Tensor | N
     in the cache the checks left. -> (those tokens, whether the reply ended with them: Decoded.stopped says how)."""
     tokens, shares = [], []
     while len(tokens) < opts.max_new_tokens and (row := known(prompt + tokens)) is not None:
-        new, new_shares, stopped, unmeant = _committed([row], [], matcher, special, opts)
-        if not stopped and not unmeant:
-            stopped = _forced_after(new, new_shares, matcher, special, opts, opts.max_new_tokens - len(tokens))
+        new, new_shares, _, end = _committed([row], [], matcher, special, opts, opts.max_new_tokens - len(tokens))
         tokens += new
         shares += new_shares
-        if unmeant:
-            return Decoded(tokens, 0, "unmeant", shares), True
-        if stopped or not new:
-            return Decoded(tokens, 0, "eos", shares), True
+        if end is not None:
+            return Decoded(tokens, 0, end, shares), True
     return Decoded(tokens, 0, "length", shares), len(tokens) >= opts.max_new_tokens
 
 
-def _forced_after(new: list[int], new_shares: list[float], matcher: Matcher | None, special: SpecialIds,
-                  opts: BlockOptions, room: int) -> bool:
-    """Append to `new` the tokens the grammar forces after it (the only one it allows: the model's, whatever its
-    logits), up to `room` tokens in all; -> whether a stop token ended them."""
-    while matcher is not None and new and len(new) < room:
-        token = forced(matcher, special.stop)
-        if token is None:
-            return False
-        matcher.accept(token)
-        if opts.stop_at_eos and token in special.stop:
-            return True
-        new.append(token)
-        new_shares.append(1.0)
-    return False
-
-
 def _committed(rows: torch.Tensor | list[torch.Tensor], guess: list[int], matcher: Matcher | None,
-               special: SpecialIds, opts: BlockOptions) -> tuple[list[int], list[float], bool, bool]:
+               special: SpecialIds, opts: BlockOptions, room: int) -> tuple[list[int], list[float], int, str | None]:
     """What a pass commits from its rows (row j predicts new token j; a row after a guess counts only when the
     guess was committed): the first row's token always, each next one's while it is at least opts.threshold
-    confident (a guessed one whatever its confidence), the grammar allows it and it is no stop token. -> (the
-    tokens, per token the share of the model's probability the grammar allowed (with a matcher), whether a stop
-    token ended them, whether one's share was under opts.least_share)."""
+    confident (a guessed one whatever its confidence), the grammar allows it and it is no stop token; then the
+    tokens the grammar forces after them (the only one it allows: the model's, whatever its logits), up to `room`
+    tokens in all. -> (the tokens, per token the share of the model's probability the grammar allowed (with a
+    matcher), how many of them came from the rows, and how the reply ended with them: "eos" (a stop token, or
+    nothing the grammar allows), "unmeant" (a share under opts.least_share) or None)."""
     new, new_shares = [], []
     for j, row in enumerate(rows):
         if guess and j and guess[j - 1] != new[-1]:
@@ -267,10 +244,20 @@ def _committed(rows: torch.Tensor | list[torch.Tensor], guess: list[int], matche
         if matcher is not None and not matcher.accept(token):
             break  # the grammar allows nothing here
         if opts.stop_at_eos and token in special.stop:
-            return new, new_shares, True, False
+            return new, new_shares, len(new), "eos"
         new.append(token)
         if matcher is not None:
             new_shares.append(share)
             if share < opts.least_share:
-                return new, new_shares, False, True
-    return new, new_shares, False, False
+                return new, new_shares, len(new), "unmeant"
+    committed = len(new)
+    while matcher is not None and new and len(new) < room:
+        token = forced(matcher, special.stop)
+        if token is None:
+            break
+        matcher.accept(token)
+        if opts.stop_at_eos and token in special.stop:
+            return new, new_shares, committed, "eos"
+        new.append(token)
+        new_shares.append(1.0)
+    return new, new_shares, committed, None if new else "eos"   # nothing the grammar allows: the end

@@ -123,7 +123,7 @@ class Engine:
         self._caches = KVCaches(model)
         self.batcher = PassBatcher(model, special.mask)
         # _next_probabilities's latest answers, by the ids asked (a turn's checks ask for a few, each more than once)
-        self._known: OrderedDict[tuple[int, ...], tuple[torch.Tensor, torch.Tensor]] = OrderedDict()  # logits, p
+        self._known: OrderedDict[tuple[int, ...], tuple[torch.Tensor, torch.Tensor | None]] = OrderedDict()  # logits, p
         self._lock = threading.Lock()
 
     def prompt_ids(self, messages: list[dict]) -> list[int]:
