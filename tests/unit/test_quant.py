@@ -8,8 +8,8 @@ import torch
 
 import llm.quant
 from llm.model import BLOCK_LINEARS, ModelArgs, Transformer
-from llm.quant import (INT8_LINEARS, Bf16Linear, Fp16Linear, pack_bf16, pack_fp16, quantize_int8, sixteen_bit,
-                        weight_format)
+from llm.quant import (INT8_LINEARS, Bf16Linear, Fp16Linear, bucketed_rows, pack_bf16, pack_fp16, quantize_int8,
+                        sixteen_bit, weight_format)
 
 
 def tiny() -> Transformer:
@@ -140,6 +140,25 @@ def test_bf16_linear_is_the_product_of_bf16_rounded_weights_and_inputs_with_a_bi
     assert got.shape == (3, 5, 40) and got.dtype == torch.float32
     assert torch.allclose(got, want, atol=0.1, rtol=0)  # measured: 0.03 of ~14 (the sum is rounded to bf16 at the end)
     assert (got - (x @ weight.t() + bias)).abs().max() > 1e-3  # the rounding is real
+
+
+def test_products_run_on_few_row_counts_however_many_rows_a_pass_has():
+    """oneDNN keeps what it builds for each shape for the life of the process: a server's passes of 1 to 200 rows
+    must meet a few dozen shapes, not 200, and a pass of up to 9 rows (one token and 8 guesses) runs as it is."""
+    buckets = [bucketed_rows(rows) for rows in range(1, 201)]
+    assert buckets[:9] == list(range(1, 10))
+    assert all(rows <= bucket <= max(rows * 1.34, rows + 3) for rows, bucket in enumerate(buckets, 1))
+    assert len(set(buckets)) <= 30
+
+
+@onednn_bf16
+def test_bf16_rows_are_their_own_whatever_rows_pad_the_product():
+    torch.manual_seed(0)
+    linear, x = Bf16Linear(torch.randn(40, 24), torch.randn(40)), torch.randn(70, 24)
+    whole = linear(x)
+    for rows in (1, 9, 10, 13, 31, 57, 70):
+        assert linear(x[:rows]).shape == (rows, 40)
+        torch.testing.assert_close(linear(x[:rows]), whole[:rows], rtol=0, atol=0.1)  # bf16 sums: ~0.03
 
 
 @pytest.mark.parametrize("capabilities, in_hardware", [({"amx_bf16": True}, True), ({"avx512_bf16": True}, True),
