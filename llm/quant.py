@@ -122,13 +122,9 @@ class Bf16Linear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.numel() // self.in_features
-        padded = bucketed_rows(rows)
-        flat = x.reshape(rows, self.in_features)
-        if padded == rows:
-            flat = flat.to(torch.bfloat16)
-        else:
-            flat = torch.cat([flat.to(torch.bfloat16), flat.new_zeros(padded - rows, self.in_features,
-                                                                       dtype=torch.bfloat16)])
+        flat = x.reshape(rows, self.in_features).to(torch.bfloat16)
+        if (padded := bucketed_rows(rows)) > rows:
+            flat = torch.cat([flat, flat.new_zeros(padded - rows, self.in_features)])
         y = torch.ops.mkldnn._linear_pointwise(flat, self.packed, self.bias, "none", [], "")
         return y[:rows].float().reshape(*x.shape[:-1], self.out_features)
 
