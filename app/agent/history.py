@@ -54,8 +54,16 @@ def spoken_reply(message: dict) -> bool:
 
 
 def conversation_text(messages: list[dict]) -> list[str]:
-    """What was said: every message but the system prompt and the agent's tool calls."""
-    return [m["content"] for m in messages if m["role"] in ("user", "tool") or spoken_reply(m)]
+    """What was said: the caller's words, the tools' results, and the agent's spoken replies that follow a result
+    in their turn (an offer it looked up: "How about 4 PM?" after the day's free times). A reply nothing was looked
+    up for offers nothing: after "Hello, ... How can I help you today?", "Yes please" to "What day would you like
+    to come in?" was a booking for today, and the caller heard that the salon is closed on Mondays."""
+    texts, looked_up = [], False
+    for m in messages:
+        looked_up = m["role"] == "tool" or (looked_up and m["role"] != "user")
+        if m["role"] in ("user", "tool") or (looked_up and spoken_reply(m)):
+            texts.append(m["content"])
+    return texts
 
 
 def details_called(messages: list[dict]) -> list[str]:

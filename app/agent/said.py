@@ -1,8 +1,9 @@
 """One rule for every tool and every business: an argument the schema marks `"x-said": true` must have been said.
 
 A model may fill in a detail nobody gave (a time for a booking the caller never timed). The schema declares which
-arguments must come from the conversation: in the caller's words, the agent's own spoken replies (a time it
-offered and the caller took) or a tool's result. A value nobody said is dropped from the call; a call that then
+arguments must come from the conversation: in the caller's words, a tool's result, or the agent's own spoken replies
+that follow one (a time it offered from the free times it looked up, and the caller took; a greeting's "today"
+offers no day: app.agent.history.conversation_text). A value nobody said is dropped from the call; a call that then
 lacks a required argument is not run, and the model is told which details are missing, so it asks for them (in
 the order of the schema's `required` list); a call none of whose x-said details was said is no call at all
 (`invented`: the model answers in words). What "appears"

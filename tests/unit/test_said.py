@@ -32,15 +32,24 @@ def test_names_are_said_whatever_their_accents_and_case():
 
 
 def test_unsaid_reads_the_schema_marks_and_the_whole_conversation():
+    """The caller's words, the tools' results and the agent's replies that follow a result (a time it offered from
+    the free times it looked up) say details; the system prompt does not, nor a reply nothing was looked up for."""
     messages = [{"role": "system", "content": "Maple Street, 15:00, Anna"},
-                {"role": "user", "content": "A haircut tomorrow please, I'm Ana."},
-                {"role": "assistant", "content": "How about 4 PM?"},
+                {"role": "user", "content": "Hi!"},
+                {"role": "assistant", "content": "Hello, how can I help you today?"},
+                {"role": "user", "content": "A haircut please, I'm Ana."},
+                {"role": "assistant", "content": format_tool_call("check_availability", {"day": "tomorrow"})},
+                tool_message("check_availability", {"day": "Wednesday", "free": "9:00 AM to 6:00 PM"}),
+                {"role": "assistant", "content": "Tomorrow we're free all day. How about 4 PM?"},
                 {"role": "user", "content": "Sure."}]
     args = {"name": "Ana", "day": "tomorrow", "time": "16:00", "service": "haircut"}
     assert unsaid("book_appointment", args, SCHEMAS, messages, PROFILE) == []
     assert unsaid("book_appointment", {**args, "time": "15:00"}, SCHEMAS, messages, PROFILE) == ["time"]
     assert unsaid("book_appointment", {**args, "name": "Anna"}, SCHEMAS, messages, PROFILE) == ["name"]
+    assert unsaid("book_appointment", {**args, "day": "today"}, SCHEMAS, messages, PROFILE) == ["day"]
     assert unsaid("current_datetime", {}, SCHEMAS, messages, PROFILE) == []
+    unlooked = messages[:4] + [{"role": "assistant", "content": "How about 4 PM tomorrow?"}, messages[-1]]
+    assert unsaid("book_appointment", args, SCHEMAS, unlooked, PROFILE) == ["day", "time"]
 
 
 def _agent(replies: list[str]):
@@ -64,6 +73,23 @@ def test_a_call_with_a_detail_nobody_gave_is_not_run_the_model_hears_what_is_mis
     assert json.loads(agent.messages[2]["content"]) == {"name": "book_appointment",
                                                        "result": {"ok": False, "missing": ["time"]}}
     assert engine.calls[1][-1] == agent.messages[2]  # the question was written after it
+
+
+def test_a_greetings_today_is_no_day_the_caller_chose():
+    """"Yes please" to "What day would you like to come in?", after the greeting "How can I help you today?": a
+    booking for today was run (a Monday, and the caller heard the salon is closed on Mondays). Nothing was looked
+    up for the greeting, so it offered no day: the agent asks for it again."""
+    booking = format_tool_call("book_appointment", {"name": "Sam", "day": "today", "time": "15:00",
+                                                    "service": "haircut"})
+    agent, _ = _agent([booking, "What day would you like to come in?"])
+    agent.messages = [{"role": "user", "content": "Hi there"},
+                      {"role": "assistant", "content": "Hello, thank you for calling. How can I help you today?"},
+                      {"role": "user", "content": "I'd like to book a haircut for Sam at 3"},
+                      {"role": "assistant", "content": "What day would you like to come in?"}]
+    turn = agent.respond("Yes please")
+    assert turn.tool_calls == [] and turn.reply == "What day would you like to come in?"
+    assert json.loads(agent.messages[-2]["content"])["result"]["missing"] == ["day"]
+    assert agent.toolbox.store.for_name("Sam") == []
 
 
 def test_a_call_that_leaves_out_details_is_answered_with_the_first_missing_in_the_schemas_order():
