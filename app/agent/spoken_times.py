@@ -27,6 +27,11 @@ _ORDINAL_ENDS = {"st", "nd", "rd", "th"}
 _DURATIONS = {"min", "mins", "minute", "minutes", "hr", "hrs", "hour", "hours", "day", "days", "week", "weeks",
               "month", "months", "year", "years"}
 _AT_DIGITS = re.compile(r"\b([Aa]t|[Aa]round) (\d{1,2})\.?(\d{2})\b(?![.,:]\d| +[A-Z])")
+# Whisper's digits for a clock said in words with nothing after it but am/pm or a clause's end: "Could I do like,
+# 530?" ("five thirty"), "1030am"; not a price ("$530"), a count before its noun ("120 dollars") or a number inside
+# one ("555-0142")
+_COMPACT_CLOCK = re.compile(r"(?<![$#\d.,:-])\b(\d{1,2})(\d{2})(?=\s?[ap]m\b|[,?!]|\.(?!\d)|$)")
+_ISH = re.compile(r"\b(" + "|".join(_UNITS[1:13]) + r")ish\b")  # "tenish": Whisper's one word for "ten-ish"
 _WORD = re.compile(r"\d{1,2}:\d{2}|\d+|[a-z]+(?:'[a-z]+)?|[,.?!;]")  # a mark ends a time: "Ten, ten."
 
 
@@ -36,6 +41,8 @@ def _words(text: str) -> list[str]:
     text = _AT_DIGITS.sub(lambda m: f"{m[1]} {m[2]}:{m[3]}" if 1 <= int(m[2]) <= 12 and int(m[3]) <= 59 else m[0],
                           text)
     text = re.sub(r"(?:(?<=\d)|\b)([ap])\.?\s?m\b\.?", r"\1m", text.lower())  # "p.m." "p.m" "p m" -> "pm"
+    text = _COMPACT_CLOCK.sub(lambda m: f"{m[1]}:{m[2]}" if 1 <= int(m[1]) <= 12 and int(m[2]) <= 59 else m[0], text)
+    text = _ISH.sub(r"\1 ish", text)
     # "3.30pm": Whisper's British clock (the spoken "three thirty p.m." of tests/integration/test_agent_model.py), only
     # before am/pm, so "$3.30" and "2.5" stay numbers
     text = re.sub(r"\b(\d{1,2})\.(\d{2})(?=\s?[ap]m\b)", r"\1:\2", text)

@@ -41,6 +41,11 @@ from app.training.dialogues.phrases import time_forms
     ("Do you have anything at 1030 on Friday?", {"10:30", "22:30"}),  # Whisper's digits without the dot
     ("We're at 214 Maple Street, Springfield.", set()),  # before a name: an address
     ("Is 545 too late?", set()),                          # not after "at": a number, maybe
+    ("Could I do like, 530?", {"05:30", "17:30"}),        # but ending the clause: Whisper's "five thirty"
+    ("how about 745 p.m. tomorrow", {"19:45"}),           # or before am/pm
+    ("Can I come 1030am?", {"10:30"}),
+    ("It's $530, or 120 dollars, call 555-0142.", set()),  # a price, a count, a phone number
+    ("Saturday morning if you can, like tenish.", {"10:00", "22:00"}),  # Whisper's one word for "ten-ish"
     ("around 2000 dollars", set()),                       # no hour of a clock
     ("At 11.45 a.m. please.", {"11:45"}),                # a dot is a clock's only before am/pm
     ("On Wednesday, December 2 we have openings from 9:00 AM to 6:00 PM.", {"09:00", "18:00"}),  # a date, no time
