@@ -16,6 +16,7 @@ from app.agent.prompt import recognizer_prompt, system_prompt
 from app.agent.store import open_store
 from app.agent.tools import Toolbox
 from app.pipeline.lanes import LanePool
+from app.pipeline.names_heard import NamesHeard
 from app.settings import Settings
 from llm import openmp
 from llm.caches import KEPT_CACHES
@@ -105,6 +106,7 @@ class Services:
         services = cls(asr, tts, engine, toolbox, system_prompt(profile, toolbox, engine.chat_style),
                        agent_options=agent_options_for(settings.llm_model), llm_batch=settings.llm_batch)
         if speech:
+            services.asr = NamesHeard(asr, services.booked_names)
             _lend_idle_cores(services)
             # the OpenMP workers loading started on this thread: the passes run on the LLM's threads (llm.openmp);
             # `parley serve` warms up on another thread, so here and not in warm_up
@@ -116,6 +118,10 @@ class Services:
     def new_agent(self) -> Agent:
         """A fresh conversation on these models and tools (a call, an API request)."""
         return Agent(self.engine, self.toolbox, self.system_prompt, self.agent_options)
+
+    def booked_names(self) -> list[str]:
+        """The names of the upcoming bookings, soonest first (the recognizer hears them as booked: NamesHeard)."""
+        return [a.name for a in self.toolbox.store.upcoming(self.toolbox.now())]
 
     def warm_up(self) -> None:
         """One small pass through each model loaded, so the first turn pays no one-time costs."""

@@ -91,11 +91,11 @@ def test_more_words_than_the_audio_could_hold_were_not_said(transcriber, monkeyp
     holds (~4 a second; 8 is looping) is dropped, on either path. A transcript that fits is kept."""
     noise = vocabulary_set.noise_only()[3]   # 0.5 s
     looped = "I'm not sure what I'm doing, I'm not sure what I'm doing, I'm not sure what I'm doing."
-    monkeypatch.setattr(transcriber, "_transcribe_window", lambda x, duration_s: None)   # as when it loops
-    monkeypatch.setattr(transcriber, "_transcribe_full", lambda x: looped)
+    monkeypatch.setattr(transcriber, "_transcribe_window", lambda x, duration_s, prompt: None)   # as when it loops
+    monkeypatch.setattr(transcriber, "_transcribe_full", lambda x, previous_text: looped)
     assert transcriber.transcribe(noise) == ""
     assert transcriber.transcribe(np.concatenate([noise] * 8)) == looped   # 4 s could hold those words
-    monkeypatch.setattr(transcriber, "_transcribe_full", lambda x: "Hello.")
+    monkeypatch.setattr(transcriber, "_transcribe_full", lambda x, previous_text: "Hello.")
     assert transcriber.transcribe(noise) == "Hello."
 
 
@@ -128,3 +128,19 @@ def test_cuda_without_a_gpu_is_a_clear_error():
         pytest.skip("a CUDA device is present")
     with pytest.raises(ValueError, match="no CUDA device"):
         Transcriber(AsrOptions(device="cuda", compute_type="float16"))
+
+
+def test_a_name_on_the_books_is_heard_as_booked(transcriber, speak):
+    """Whisper spells a name it does not know as it hears it ("Chidi Akhifer"), and the lookup of that caller's
+    bookings finds nobody. With the booked name as a hint it writes "Chidi Okafor"; NamesHeard asks it again only
+    when a name in the transcript is spelled close to a booked one, and changes only the name's words."""
+    from app.pipeline.names_heard import NamesHeard
+
+    audio = speak("Can you check what's booked under Chidi Okafor?")
+    plain = transcriber.transcribe(audio)
+    assert "Okafor" not in plain   # the name as Whisper spells it alone
+    assert "Chidi Okafor" in transcriber.transcribe(audio, hint="Appointments for Chidi Okafor.")
+    heard = NamesHeard(transcriber, lambda: ["Bill Nakamura", "Chidi Okafor", "Kenji Watanabe"]).transcribe(audio)
+    assert heard.endswith("Chidi Okafor?") and heard.split()[:5] == plain.split()[:5]
+    nobody = NamesHeard(transcriber, lambda: ["Bill Nakamura"]).transcribe(audio)
+    assert nobody == plain
