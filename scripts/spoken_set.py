@@ -7,7 +7,9 @@ words as its prompt, or none), written back as the same set with the transcripts
 
 Each line of the set is a JSON object with "turns" (the caller's words); every other field is kept as it is. A turn
 heard as nothing becomes "..." (the agent would have heard no turn at all). --prompt none transcribes without the
-business's words, the way Parley did before 2026-12-04.
+business's words, the way Parley did before 2026-12-04. A conversation's booked names ("db_before") are heard as
+`parley serve` hears the names on its books (app.pipeline.names_heard); names booked during the conversation are
+not (its turns are transcribed before any is answered).
 """
 import argparse
 import json
@@ -17,6 +19,7 @@ import numpy as np
 
 from app.agent.profile import load_profile
 from app.agent.prompt import recognizer_prompt
+from app.pipeline.names_heard import NamesHeard
 from speech.asr import AsrOptions, Transcriber
 from speech.audio import SAMPLE_RATE_HZ
 from speech.endpoint_set import espeak_speaker, piper_speaker
@@ -41,7 +44,9 @@ def main() -> None:
     cases = [json.loads(line) for line in Path(args.set).read_text().splitlines() if line.strip()]
     with open(args.out, "w") as out:
         for case in cases:
-            heard = [transcriber.transcribe(np.concatenate([edge, speak(turn), edge])) for turn in case["turns"]]
+            booked = [row["name"] for row in case.get("db_before", [])]
+            recognizer = NamesHeard(transcriber, lambda: booked)
+            heard = [recognizer.transcribe(np.concatenate([edge, speak(turn), edge])) for turn in case["turns"]]
             out.write(json.dumps(case | {"turns": [h or "..." for h in heard]}) + "\n")
             print(f"{case.get('id', '?')}: " + " | ".join(heard), flush=True)
 
