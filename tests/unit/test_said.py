@@ -1,20 +1,14 @@
 """The one rule for tool arguments the caller must have said (app.agent.said), and the agent asking instead of
 running a call whose detail nobody gave."""
 import json
-from datetime import datetime
 
-import pytest
-
-from app.agent.loop import Agent
-from app.agent.meant import UNMEANT_SHARE, free_shares
-from app.agent.options import AgentOptions
 from app.agent.profile import load_profile
 from app.agent.protocol import format_tool_call, tool_message
 from app.agent.said import is_said, names_last, names_tool, settle, unsaid
 from app.agent.schemas import SCHEMAS
 from app.agent.store import open_store
 from app.agent.tools import Toolbox
-from tests.fakes import FakeEngine
+from tests.scripted_agent import scripted_agent
 
 PROFILE = load_profile(None)
 
@@ -52,17 +46,10 @@ def test_unsaid_reads_the_schema_marks_and_the_whole_conversation():
     assert unsaid("book_appointment", args, SCHEMAS, unlooked, PROFILE) == ["day", "time"]
 
 
-def _agent(replies: list[str]):
-    engine = FakeEngine(lambda messages: replies[min(len(engine.calls), len(replies)) - 1])
-    toolbox = Toolbox(PROFILE, open_store(":memory:"), now=lambda: datetime(2026, 3, 3, 9, 0))
-    options = AgentOptions(cache="block", block_length=4, tool_grammar=False)
-    return Agent(engine, toolbox, "system", options), engine
-
-
 def test_a_call_with_a_detail_nobody_gave_is_not_run_the_model_hears_what_is_missing_and_asks():
     booking = format_tool_call("book_appointment", {"name": "Ana", "day": "tomorrow", "time": "15:00",
                                                     "service": "haircut"})
-    agent, engine = _agent([booking, "What time tomorrow works for you?"])
+    agent, engine = scripted_agent([booking, "What time tomorrow works for you?"])
     turn = agent.respond("I'd like a haircut tomorrow, I'm Ana.")
     assert turn.tool_calls == []
     assert turn.reply == "What time tomorrow works for you?"
@@ -81,7 +68,7 @@ def test_a_greetings_today_is_no_day_the_caller_chose():
     up for the greeting, so it offered no day: the agent asks for it again."""
     booking = format_tool_call("book_appointment", {"name": "Sam", "day": "today", "time": "15:00",
                                                     "service": "haircut"})
-    agent, _ = _agent([booking, "What day would you like to come in?"])
+    agent, _ = scripted_agent([booking, "What day would you like to come in?"])
     agent.messages = [{"role": "user", "content": "Hi there"},
                       {"role": "assistant", "content": "Hello, thank you for calling. How can I help you today?"},
                       {"role": "user", "content": "I'd like to book a haircut for Sam at 3"},
@@ -94,7 +81,7 @@ def test_a_greetings_today_is_no_day_the_caller_chose():
 
 def test_a_call_that_leaves_out_details_is_answered_with_the_first_missing_in_the_schemas_order():
     booking = format_tool_call("book_appointment", {"name": "Ana"})
-    agent, _ = _agent([booking, "What service would you like?"])
+    agent, _ = scripted_agent([booking, "What service would you like?"])
     turn = agent.respond("I want to book something, I'm Ana.")
     assert turn.tool_calls == [] and turn.reply == "What service would you like?"
     missing = json.loads(agent.messages[2]["content"])["result"]["missing"]
@@ -106,14 +93,14 @@ def test_a_call_made_only_of_details_nobody_said_is_no_call_the_model_answers_in
     named: asking which day would answer a question the caller never asked."""
     check = format_tool_call("check_availability", {"day": "friday", "time": "10:00"})
     spoken = "I'm sorry, I can't help with that."
-    agent, engine = _agent([check, spoken])
+    agent, engine = scripted_agent([check, spoken])
     turn = agent.respond("ok. also, um, is it safe to color my hair while I'm pregnant?")
     assert turn.tool_calls == [] and turn.reply == spoken
     assert [m["role"] for m in agent.messages] == ["user", "assistant"]  # the made-up call left no trace
     assert engine.calls[1] == engine.calls[0]  # the words were written from the same prompt
 
     # drafted during the caller's silence, the turn keeps the draft's words: the same decision, no new generation
-    agent, engine = _agent([check, spoken])
+    agent, engine = scripted_agent([check, spoken])
     first = agent.draft("is it safe to color my hair while I'm pregnant?")
     turn = agent.respond("is it safe to color my hair while I'm pregnant?", first=first)
     assert turn.reply == spoken and turn.tool_calls == [] and len(engine.calls) == 2
@@ -121,7 +108,7 @@ def test_a_call_made_only_of_details_nobody_said_is_no_call_the_model_answers_in
 
 def test_a_call_with_one_detail_said_still_asks_for_the_rest():
     booking = format_tool_call("book_appointment", {"service": "beard trim", "day": "friday"})
-    agent, _ = _agent([booking, "What day would you like to come in?"])
+    agent, _ = scripted_agent([booking, "What day would you like to come in?"])
     turn = agent.respond("okay and uh, a beard trim?")
     assert turn.reply == "What day would you like to come in?"
     assert json.loads(agent.messages[2]["content"])["result"]["missing"] == ["day", "time", "name"]
@@ -130,7 +117,7 @@ def test_a_call_with_one_detail_said_still_asks_for_the_rest():
 def test_a_name_made_of_a_day_is_the_days_not_a_name_the_agent_asks_for_one():
     booking = format_tool_call("book_appointment", {"name": "Thursday", "day": "thursday", "time": "13:30",
                                                     "service": "beard trim"})
-    agent, _ = _agent(["What time on Thursday works for you?", booking, "Can I have your name, please?"])
+    agent, _ = scripted_agent(["What time on Thursday works for you?", booking, "Can I have your name, please?"])
     agent.respond("can I get a beard trim on Thursday?")
     turn = agent.respond("1:30 then")
     assert turn.tool_calls == [] and turn.reply == "Can I have your name, please?"
@@ -162,7 +149,7 @@ def test_a_name_made_only_of_the_services_words_is_no_name():
 def test_a_name_that_begins_with_a_possessive_says_who_not_their_name():
     booking = format_tool_call("book_appointment", {"name": "my daughter", "day": "saturday", "time": "10:00",
                                                     "service": "kids haircut"})
-    agent, _ = _agent([booking, "Can I have your name, please?"])
+    agent, _ = scripted_agent([booking, "Can I have your name, please?"])
     turn = agent.respond("hi I'd like to book for my daughter, a kids haircut saturday at 10")
     assert turn.tool_calls == [] and turn.reply == "Can I have your name, please?"
     assert json.loads(agent.messages[-2]["content"])["result"]["missing"] == ["name"]
@@ -188,135 +175,6 @@ def test_a_name_made_only_of_hesitation_sounds_says_nothing():
         assert ("name" in settle("book_appointment", arguments, SCHEMAS, said, PROFILE)[0]) == kept, name
 
 
-class _Chars:
-    """A tokenizer of one token per character, for generations that say how much each token's grammar allowed."""
-    @staticmethod
-    def decode(ids, skip_special_tokens=True):
-        return "".join(map(chr, ids))
-
-
-def _forced(text: str, value: str, share: float = 0.004, key: str = "service") -> list[float]:
-    """Per character of `text`, the share the grammar allowed: `share` on the first character of `value`'s
-    first appearance after `"<key>":`, 1.0 elsewhere (the model's own choice)."""
-    at = text.index(f'"{key}":"{value}"') + len(f'"{key}":"')
-    return [share if i == at else 1.0 for i in range(len(text))]
-
-
-def _forcing(engine, call: str, value: str, key: str = "service") -> None:
-    """Make the fake `engine` say its shares per character (`_Chars`), `value` forced where it writes `call`
-    (`_forced`, after `key`) and every other token the model's own choice."""
-    engine.tokenizer = _Chars()
-    generate = engine.generate
-
-    def with_shares(messages, **kwargs):
-        gen = generate(messages, **kwargs)
-        gen.ids = [ord(c) for c in gen.text]
-        gen.shares = _forced(gen.text, value, key=key) if gen.text == call else [1.0] * len(gen.text)
-        return gen
-    engine.generate = with_shares
-
-
-def _below(text: str, shares: list[float]) -> list[set[str]]:
-    least = free_shares(text, list(range(len(text))), shares, SCHEMAS)
-    return [{k for k, share in call.items() if share < UNMEANT_SHARE} for call in least]
-
-
-def test_the_free_values_the_grammar_forced_are_found():
-    """A value (a name, a service: no values of its own to choose from) one of whose tokens had almost none of
-    the model's probability on what the grammar allowed was not the model's; a day or a time (the model chose
-    among values said) and the call's keys are not judged so."""
-    call = format_tool_call("book_appointment", {"name": "Victor", "day": "wednesday", "time": "10:30",
-                                                 "service": "please"})
-    text = f"{call}Sure."
-    assert free_shares(text, list(range(len(text))), _forced(text, "please"), SCHEMAS) == [
-        {"name": 1.0, "service": 0.004}]
-    assert _below(text, _forced(text, "please")) == [{"service"}]
-    assert _below(text, _forced(text, "please", share=0.5)) == [set()]
-    day = [0.004 if i == text.index("wednesday") else 1.0 for i in range(len(text))]
-    assert _below(text, day) == [set()]
-    key = [0.004 if i == text.index('"arguments"') + 2 else 1.0 for i in range(len(text))]
-    assert _below(text, key) == [set()]
-    # the token that closes the value counts: the model wanted to go on ("hair" + "cut" where only "hair" was said)
-    closing = [0.004 if i == text.index('please"') + len("please") else 1.0 for i in range(len(text))]
-    assert _below(text, closing) == [{"service"}]
-    two = text + format_tool_call("list_appointments", {"name": "Victor"})
-    assert _below(two, _forced(two, "please")) == [{"service"}, set()]
-
-
-def test_a_service_the_grammar_forced_on_the_model_is_asked_for_not_booked():
-    """"I want to make a booking Wednesday at 10:30 a.m. please": a model that meant a service nobody named
-    could only write one of the caller's words; "please" is no service the caller asked for: the call lacks the
-    service, and the agent asks for it ("We don't offer please." was the reply before)."""
-    booking = format_tool_call("book_appointment", {"name": "Victor", "day": "wednesday", "time": "10:30",
-                                                    "service": "please"})
-    question = "Sure, what service would you like?"
-    agent, engine = _agent([booking, question])
-    _forcing(engine, booking, "please")
-    turn = agent.respond("Hi. This is Victor calling. I want to make a booking Wednesday at 10:30 a.m. please.")
-    assert turn.tool_calls == [] and turn.reply == question
-    assert agent.messages[1]["content"] == format_tool_call("book_appointment", {
-        "name": "Victor", "day": "wednesday", "time": "10:30"})  # held: the service left out
-    assert json.loads(agent.messages[2]["content"])["result"]["missing"] == ["service"]
-    assert agent.toolbox.store.for_name("Victor") == []
-
-
-def test_the_only_service_the_caller_named_is_theirs_even_where_the_grammar_forced_it():
-    """Asked for a name, "Sean, thanks." after "a beard trim": a model that meant another service could only
-    write the one the caller named, and that one is what they asked for. With two named in the call, it may not
-    be: the agent asks."""
-    def booked(earlier: str) -> list:
-        booking = format_tool_call("book_appointment", {"name": "Sean", "day": "wednesday", "time": "10:30",
-                                                        "service": "beard trim"})
-        agent, engine = _agent([booking, "You're all set, Sean."])
-        _forcing(engine, booking, "beard trim")
-        agent.messages = [{"role": "user", "content": earlier},
-                          {"role": "assistant", "content": "Can I have your name, please?"}]
-        agent.respond("Sean, thanks.")
-        return [a.service for a in agent.toolbox.store.for_name("Sean")]
-
-    assert booked("A beard trim on Wednesday at 10:30.") == ["beard trim"]
-    assert booked("A haircut, or a beard trim? Wednesday at 10:30.") == []
-
-
-@pytest.mark.parametrize("name", ["beard trim", "beard"])
-def test_a_value_the_model_meant_for_one_detail_is_not_said_for_another(name):
-    """"do you guys do beard trims?": the model wrote the beard trim as the service, its own choice, and as the
-    name, forced by the grammar (0.0185 of its probability); kept as the only service named, the booking went on
-    under the name "beard trim". One value is one detail: the agent asks for the rest. So is a part of one: at an
-    optician, "contact lens fitting" was booked under the name "contact lens" (0.013)."""
-    booking = format_tool_call("book_appointment", {"name": name, "service": "beard trim"})
-    agent, engine = _agent([booking, "What day would you like to come in?"])
-    _forcing(engine, booking, name, key="name")
-    turn = agent.respond("do you guys do beard trims?")
-    assert turn.tool_calls == [] and turn.reply == "What day would you like to come in?"
-    assert agent.messages[1]["content"] == format_tool_call("book_appointment", {"service": "beard trim"})
-    assert json.loads(agent.messages[2]["content"])["result"]["missing"] == ["day", "time", "name"]
-
-
-def test_a_made_up_call_of_the_tool_the_caller_names_asks_for_what_it_lacks():
-    """"just cancel it please", the name never said: the grammar let the model write only the caller's words, it
-    wrote "I think" (0.004 of its probability), and the call, made up whole, was answered "I'm sorry, I can't help
-    with that." The caller named the cancellation (a word of its description no other tool's holds): they are asked
-    for the name. A made-up call of a tool the words do not name is still answered in words."""
-    cancel = format_tool_call("cancel_appointment", {"name": "I think"})
-    question = "Sure, what name is the appointment under?"
-    agent, engine = _agent([cancel, question])
-    _forcing(engine, cancel, "I think", key="name")
-    agent.messages = [{"role": "user", "content": "hi, I think I have an appointment, can you check?"},
-                      {"role": "assistant", "content": "I'm sorry, I can't help with that."}]
-    turn = agent.respond("just cancel it please")
-    assert turn.tool_calls == [] and turn.reply == question
-    assert agent.messages[-3]["content"] == format_tool_call("cancel_appointment", {})
-    assert json.loads(agent.messages[-2]["content"])["result"]["missing"] == ["name"]
-
-    agent, engine = _agent([cancel, "I'm sorry, I can't help with that."])
-    _forcing(engine, cancel, "I think", key="name")
-    agent.messages = [{"role": "user", "content": "hi, I think I have an appointment"},
-                      {"role": "assistant", "content": "I'm sorry, I can't help with that."}]
-    turn = agent.respond("what do you think of it?")
-    assert turn.tool_calls == [] and [m["role"] for m in agent.messages[2:]] == ["user", "assistant"]
-
-
 def test_a_tool_is_named_by_a_word_of_its_description_no_other_tools_holds():
     assert names_tool("cancel_appointment", SCHEMAS, "ok just cancel it")
     assert names_tool("book_appointment", SCHEMAS, "can you book me in?")
@@ -328,7 +186,7 @@ def test_a_tool_is_named_by_a_word_of_its_description_no_other_tools_holds():
 def test_a_call_whose_details_were_all_said_runs():
     booking = format_tool_call("book_appointment", {"name": "Ana", "day": "tomorrow", "time": "15:00",
                                                     "service": "haircut"})
-    agent, _ = _agent([booking, "You're all set."])
+    agent, _ = scripted_agent([booking, "You're all set."])
     turn = agent.respond("I'd like a haircut tomorrow at 3 pm, I'm Ana.")
     assert [c.name for c in turn.tool_calls] == ["book_appointment"]
     assert turn.tool_calls[0].result["ok"]
@@ -337,7 +195,7 @@ def test_a_call_whose_details_were_all_said_runs():
 
 def test_an_optional_detail_nobody_gave_is_dropped_from_the_call():
     hours = format_tool_call("business_info", {"topic": "hours", "day": "friday"})
-    agent, _ = _agent([hours, "We're open nine to six."])
+    agent, _ = scripted_agent([hours, "We're open nine to six."])
     turn = agent.respond("What are your hours?")
     assert [(c.name, c.arguments) for c in turn.tool_calls] == [("business_info", {"topic": "hours"})]
     assert agent.messages[1]["content"] == format_tool_call("business_info", {"topic": "hours"})
