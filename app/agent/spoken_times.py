@@ -35,13 +35,17 @@ _ISH = re.compile(r"\b(" + "|".join(_UNITS[1:13]) + r")ish\b")  # "tenish": Whis
 _WORD = re.compile(r"\d{1,2}:\d{2}|\d+|[a-z]+(?:'[a-z]+)?|[,.?!;]")  # a mark ends a time: "Ten, ten."
 
 
+def _on_a_clock(hour: str, minute: str) -> bool:
+    """Whether digits read as an hour of a 12-hour clock and its minutes ("10", "30"; not "20", "26" of 2026)."""
+    return 1 <= int(hour) <= 12 and int(minute) <= 59
+
+
 def _words(text: str) -> list[str]:
     # "at 4.15", "at 1030": Whisper's digits for "at four fifteen", "at ten thirty", a clock after "at" or "around";
     # but not before a name ("We're at 214 Maple Street" read as 2:14 took the next turn for a booking)
-    text = _AT_DIGITS.sub(lambda m: f"{m[1]} {m[2]}:{m[3]}" if 1 <= int(m[2]) <= 12 and int(m[3]) <= 59 else m[0],
-                          text)
+    text = _AT_DIGITS.sub(lambda m: f"{m[1]} {m[2]}:{m[3]}" if _on_a_clock(m[2], m[3]) else m[0], text)
     text = re.sub(r"(?:(?<=\d)|\b)([ap])\.?\s?m\b\.?", r"\1m", text.lower())  # "p.m." "p.m" "p m" -> "pm"
-    text = _COMPACT_CLOCK.sub(lambda m: f"{m[1]}:{m[2]}" if 1 <= int(m[1]) <= 12 and int(m[2]) <= 59 else m[0], text)
+    text = _COMPACT_CLOCK.sub(lambda m: f"{m[1]}:{m[2]}" if _on_a_clock(m[1], m[2]) else m[0], text)
     text = _ISH.sub(r"\1 ish", text)
     # "3.30pm": Whisper's British clock (the spoken "three thirty p.m." of tests/integration/test_agent_model.py), only
     # before am/pm, so "$3.30" and "2.5" stay numbers

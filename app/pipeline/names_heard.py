@@ -31,18 +31,23 @@ NEAR_SPELLING = 0.6    # SequenceMatcher's ratio from which a run of words is sp
 MOST_HINTS = 2         # the closest booked names given to Whisper at once
 
 
+def _stands_in(words: tuple[str, ...], name: tuple[str, ...]) -> bool:
+    """Whether the words of `name` stand together, in order, in `words`."""
+    return any(words[i:i + len(name)] == name for i in range(len(words) - len(name) + 1))
+
+
 def near_names(text: str, booked: list[str]) -> list[tuple[str, tuple[int, int]]]:
     """(booked name, (start, end) character span of `text`) for each booked name of two words or more that a run of
     as many capitalized words of `text` spells close to (NEAR_SPELLING) but not as it is booked, closest first,
     at most MOST_HINTS. A name booked as the text already says it anywhere gives none (its caller was heard right).
     One-word names are left out: a short word is close to too many others."""
     words = [(m.group(), m.start(), m.end()) for m in WRITTEN_WORD.finditer(text)]
-    folded = [" ".join(name_words(w)) for w, _, _ in words]
+    folded = tuple(" ".join(name_words(w)) for w, _, _ in words)
     found: dict[str, tuple[float, tuple[int, int]]] = {}
     for name in dict.fromkeys(booked):
         want = name_words(name)
         n = len(want)
-        if n < 2 or any(tuple(folded[i:i + n]) == want for i in range(len(words) - n + 1)):
+        if n < 2 or _stands_in(folded, want):
             continue
         for i in range(len(words) - n + 1):
             run = words[i:i + n]
@@ -70,14 +75,14 @@ class NamesHeard:
 
     def transcribe(self, audio: np.ndarray) -> str:
         text = self.recognizer.transcribe(audio)
-        if sum(w[:1].isupper() for w in WRITTEN_WORD.findall(text)) < 2:
+        capitals = [w[:1].isupper() for w in WRITTEN_WORD.findall(text)]
+        if not any(a and b for a, b in zip(capitals, capitals[1:])):
             return text   # no run of two capitalized words: no name to check (and no read of the store)
         near = near_names(text, self.booked())
         if not near:
             return text
         again = name_words(self.recognizer.transcribe(audio, hint=f"Appointments for {', '.join(n for n, _ in near)}."))
         for name, (start, end) in near:
-            want = name_words(name)
-            if any(again[i:i + len(want)] == want for i in range(len(again) - len(want) + 1)):
+            if _stands_in(again, name_words(name)):
                 return text[:start] + name + text[end:]
         return text
