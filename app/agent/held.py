@@ -10,7 +10,7 @@ from app.agent.protocol import read_tool_message
 from app.agent.history import conversation_text, details_called, latest_user, latest_words, spoken_reply
 from app.agent.said import CLOCK_PATTERN, SAID, Said, is_free, known
 from app.agent.spoken_times import times_in
-from app.agent.words import WRITTEN_WORD, fold, holds, name_words, stem, value_words
+from app.agent.words import WRITTEN_WORD, fold, holds, name_words, stands_in, stem, value_words
 
 _SENTENCE_START = re.compile(r"(?:^|[.?!]\s+)$")
 _JOINS_RUN = re.compile(r"[\s-]*")  # what may stand between two words of one run: spaces, a hyphen
@@ -73,7 +73,7 @@ def fullest(name: str, arguments: dict, schemas: list[dict], messages: list[dict
             continue
         words = WRITTEN_WORD.findall(value)
         holding = [run for run in runs if len(run) > len(words) and all(w[0].isupper() for w in run)
-                   and any(run[i:i + len(words)] == words for i in range(len(run) - len(words) + 1))]
+                   and stands_in(run, words)]
         if words in runs and holding:
             longest = max(holding, key=len)
             written = re.search(r"(?<![^\W_])" + r"[\s-]+".join(map(re.escape, longest)) + r"(?![^\W_])",

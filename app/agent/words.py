@@ -26,6 +26,11 @@ def name_words(name: str) -> tuple[str, ...]:
     return tuple(WRITTEN_WORD.findall(fold(name)))
 
 
+def stands_in(words, phrase) -> bool:
+    """Whether the words of `phrase` stand together, in order, in `words` (both lists or both tuples)."""
+    return any(words[i:i + len(phrase)] == phrase for i in range(len(words) - len(phrase) + 1))
+
+
 def holds(name: tuple[str, ...], part: tuple[str, ...]) -> bool:
     """Whether a name's words (`name_words`) hold every one of `part`'s, each as often as it is there."""
     left = list(name)

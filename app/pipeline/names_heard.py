@@ -20,7 +20,7 @@ from typing import Callable
 
 import numpy as np
 
-from app.agent.words import WRITTEN_WORD, name_words
+from app.agent.words import WRITTEN_WORD, name_words, stands_in
 
 NEAR_SPELLING = 0.6    # SequenceMatcher's ratio from which a run of words is spelled close to a booked name
 # NOTE: Whisper tiny.en's spellings of names spoken by Piper and espeak-ng (scripts/spoken_set.py), against the
@@ -29,11 +29,6 @@ NEAR_SPELLING = 0.6    # SequenceMatcher's ratio from which a run of words is sp
 # bellow" (Olumide Bello; not capitalized either). Any two names that differ by a letter or two are 0.9 ("Mary
 # Jones", "Mark Jones"): the audio decides between those (below); a near spelling costs a second transcription.
 MOST_HINTS = 2         # the closest booked names given to Whisper at once
-
-
-def _stands_in(words: tuple[str, ...], name: tuple[str, ...]) -> bool:
-    """Whether the words of `name` stand together, in order, in `words`."""
-    return any(words[i:i + len(name)] == name for i in range(len(words) - len(name) + 1))
 
 
 def near_names(text: str, booked: list[str]) -> list[tuple[str, tuple[int, int]]]:
@@ -47,7 +42,7 @@ def near_names(text: str, booked: list[str]) -> list[tuple[str, tuple[int, int]]
     for name in dict.fromkeys(booked):
         want = name_words(name)
         n = len(want)
-        if n < 2 or _stands_in(folded, want):
+        if n < 2 or stands_in(folded, want):
             continue
         for i in range(len(words) - n + 1):
             run = words[i:i + n]
@@ -83,6 +78,6 @@ class NamesHeard:
             return text
         again = name_words(self.recognizer.transcribe(audio, hint=f"Appointments for {', '.join(n for n, _ in near)}."))
         for name, (start, end) in near:
-            if _stands_in(again, name_words(name)):
+            if stands_in(again, name_words(name)):
                 return text[:start] + name + text[end:]
         return text
