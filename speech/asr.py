@@ -24,6 +24,7 @@ _SILENCE_PEAK = 4 / 32768      # digital silence (|x| under 4 LSB): Whisper hall
 _MAX_TOKENS_PER_S = 8          # speech is ~4 tokens/s; a decode past 8/s is looping
 _MAX_TOKENS = 448              # Whisper's decoder context
 _MAX_COMPRESSION_RATIO = 2.4   # Whisper's own test for repetitive (hallucinated) text
+_RETRY_BEAMS = 5               # a short window's decode that wrote nothing is tried again with this many beams
 _NO_SPEECH_PROB, _NO_SPEECH_LOGPROB = 0.6, -1.0  # Whisper's own silence test
 _TIMESTAMP_S = 0.02            # one Whisper timestamp token
 _MAX_INITIAL_TIMESTAMP_INDEX = 50  # the first segment starts within 1 s, as faster-whisper requires
@@ -130,20 +131,27 @@ class Transcriber:
         features = self._model.feature_extractor(padded)[:, :window_frames]  # (n_mels, window_frames)
         encoded = self._model.model.encode(get_ctranslate2_storage(np.ascontiguousarray(features[None])))
         max_new_tokens = _most_tokens(duration_s)
-        # NOTE: with timestamps, not without: on 20 Piper turns, the 10 s window without timestamps
-        # repeated itself twice ("Great. See you then. Great. See you"); with them, never, and a
-        # segment that starts past the audio is visibly made up and dropped. Mean WER 0.059 vs 0.065 at 30 s.
-        result = self._model.model.generate(
-            encoded, [prompt], beam_size=self.options.beam_size,
-            max_length=min(_MAX_TOKENS, len(prompt) + max_new_tokens),
-            return_scores=True, return_no_speech_prob=True, suppress_blank=True, suppress_tokens=[-1],
-            max_initial_timestamp_index=_MAX_INITIAL_TIMESTAMP_INDEX)[0]
-        sequence = result.sequences_ids[0]
-        avg_logprob = result.scores[0] * len(sequence) / (len(sequence) + 1)  # as faster-whisper computes it
-        if result.no_speech_prob > _NO_SPEECH_PROB and avg_logprob < _NO_SPEECH_LOGPROB:
-            return ""
-        tokens = self._text_tokens(sequence, duration_s)
-        text = self._tokenizer.decode(tokens).strip()
+        text, sequence = "", []
+        # NOTE: a greedy decode that wrote nothing though Whisper heard speech (its silence test passed) is decoded
+        # again by beam search, from the same encoding: Piper's "Hannah Schmidt" (1 s, the salon's prompt) ended at
+        # once greedily (no_speech_prob 0.16) and came back "Hannah Schmidt." with 5 beams ("Management." at 30 s);
+        # the caller, asked for a name, had heard no answer.
+        for beam_size in dict.fromkeys((self.options.beam_size, max(self.options.beam_size, _RETRY_BEAMS))):
+            # NOTE: with timestamps, not without: on 20 Piper turns, the 10 s window without timestamps
+            # repeated itself twice ("Great. See you then. Great. See you"); with them, never, and a
+            # segment that starts past the audio is visibly made up and dropped. Mean WER 0.059 vs 0.065 at 30 s.
+            result = self._model.model.generate(
+                encoded, [prompt], beam_size=beam_size,
+                max_length=min(_MAX_TOKENS, len(prompt) + max_new_tokens),
+                return_scores=True, return_no_speech_prob=True, suppress_blank=True, suppress_tokens=[-1],
+                max_initial_timestamp_index=_MAX_INITIAL_TIMESTAMP_INDEX)[0]
+            sequence = result.sequences_ids[0]
+            avg_logprob = result.scores[0] * len(sequence) / (len(sequence) + 1)  # as faster-whisper computes it
+            if result.no_speech_prob > _NO_SPEECH_PROB and avg_logprob < _NO_SPEECH_LOGPROB:
+                return ""
+            text = self._tokenizer.decode(self._text_tokens(sequence, duration_s)).strip()
+            if text:
+                break
         if len(sequence) >= max_new_tokens or _compression_ratio(text) > _MAX_COMPRESSION_RATIO:
             return None
         return text

@@ -9,6 +9,7 @@ from app.agent.profile import DEFAULT_PROFILE, load_profile
 from app.agent.prompt import recognizer_prompt
 from speech import endpoint_set, vocabulary_set
 from speech.asr import DEFAULT_MODEL_DIR, AsrOptions, Transcriber
+from speech.audio import SAMPLE_RATE_HZ
 from speech.wer import word_error_rate
 
 # Sentences tiny.en gets right on Piper's voice (8 of 8 syntheses each); a 30-word total lets WER <= 10%
@@ -83,6 +84,20 @@ def test_the_businesss_words_as_its_prompt_are_heard_and_noise_is_not(transcribe
     noise = vocabulary_set.noise_only()
     assert [prompted.transcribe(n) for n in noise] == [""] * len(noise)
     assert any(transcriber.transcribe(n) for n in noise)  # what the prompt saves it from
+
+
+def test_a_name_alone_that_a_greedy_decode_drops_is_heard(synthesizer, monkeypatch):
+    """Piper's "Hannah Schmidt" alone (the answer to "Can I have your name, please?"), with the salon's words as
+    Whisper's prompt: the greedy decode of the short window ends at once, though Whisper's silence test says it
+    heard speech, and the caller got no answer. Decoded again by beam search it is the name."""
+    import speech.asr
+
+    prompted = Transcriber(AsrOptions(prompt=recognizer_prompt(load_profile(None))))
+    edge = np.zeros(SAMPLE_RATE_HZ // 4, np.int16)   # a turn's edges, as the turn detector leaves them
+    audio = np.concatenate([edge, endpoint_set.piper_speaker(synthesizer)("Hannah Schmidt"), edge])
+    assert prompted.transcribe(audio) == "Hannah Schmidt."
+    monkeypatch.setattr(speech.asr, "_RETRY_BEAMS", 1)   # greedy alone, as before
+    assert prompted.transcribe(audio) == ""
 
 
 def test_more_words_than_the_audio_could_hold_were_not_said(transcriber, monkeypatch):
