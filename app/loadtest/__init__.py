@@ -15,7 +15,7 @@ from the question's last frame within 40 dB of its loudest (`faint_ending_ms`). 
 --timeout is unanswered; a call the server closed before the caller hung up is dropped.
 
 Without --url it starts `parley serve` on a free port (the default models, a throwaway appointments file) and
-stops it at the end. The server's RSS, open files, threads and event-loop lag come from its /healthz. The
+stops it at the end. The server's RSS, open files, threads, event-loop tasks and lag come from its /healthz. The
 capacity is the most callers whose p95 was at most 1.5 s with every turn answered. --churn N adds N short calls
 (connect, speak, hang up at a random moment) and prints the server's figures before and after them.
 """
@@ -261,18 +261,19 @@ async def run_level(url: str, k: int, questions, turns: int, timeout_s: float, s
             "refused": sum(r.refused for r in results), "dropped": sum(r.dropped for r in results),
             "not_closed": sum(r.not_closed for r in results),
             "rss_mb": after["process"]["rss_mb"], "fds": after["process"]["open_fds"],
-            "threads": after["process"]["threads"], "lag_p99": after["loop_lag_ms"]["p99"],
+            "threads": after["process"]["threads"], "tasks": after["process"]["tasks"],
+            "lag_p99": after["loop_lag_ms"]["p99"],
             "sessions_after": after["sessions"], "rss_before": before["process"]["rss_mb"]}
 
 
 def table(rows: list[dict]) -> str:
     out = ["| transport | calls | refused | turns | answered | v2v p50 ms | v2v p95 ms | p50 from the words' end ms "
-           "| dropped | not closed | RSS MB | fds | threads | loop lag p99 ms |",
-           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+           "| dropped | not closed | RSS MB | fds | threads | tasks | loop lag p99 ms |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         out.append(f"| {r['transport']} | {r['calls']} | {r['refused']} | {r['turns']} | {r['answered']} | "
                    f"{r['p50']:.0f} | {r['p95']:.0f} | {r['p50_end']:.0f} | {r['dropped']} | {r['not_closed']} | "
-                   f"{r['rss_mb']} | {r['fds']} | {r['threads']} | {r['lag_p99']} |")
+                   f"{r['rss_mb']} | {r['fds']} | {r['threads']} | {r['tasks']} | {r['lag_p99']} |")
     return "\n".join(out)
 
 
@@ -301,7 +302,8 @@ async def churn(url: str, words: np.ndarray, cycles: int, parallel: int = 2, see
     b, h, a = before["process"], (half or before)["process"], after["process"]
     return (f"churn: {cycles} calls hung up at random moments; not closed by the server: {not_closed}; "
             f"sessions left: {after['sessions']}; RSS {b['rss_mb']} -> {h['rss_mb']} (half way) -> {a['rss_mb']} MB; "
-            f"fds {b['open_fds']} -> {a['open_fds']}; threads {b['threads']} -> {a['threads']}")
+            f"fds {b['open_fds']} -> {a['open_fds']}; threads {b['threads']} -> {a['threads']}; "
+            f"event-loop tasks {b['tasks']} -> {a['tasks']}")
 
 
 def start_server(args, workdir: str) -> tuple[subprocess.Popen, str]:

@@ -116,7 +116,8 @@ def create_app(settings: Settings, services=None) -> FastAPI:
             "sessions": len(state.calls),
             "max_sessions": state.settings.max_sessions,
             "loop_lag_ms": state.loop_lag.summary(),
-            "process": process_stats(),
+            # the event loop's tasks (this request's among them): a call that leaves one behind grows the count
+            "process": process_stats() | {"tasks": len(asyncio.all_tasks())},
         }
 
     @app.get("/metrics", include_in_schema=False)

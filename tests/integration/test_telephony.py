@@ -6,6 +6,7 @@ are the real bundled ones; the language model is the scripted test double.
 """
 import asyncio
 import base64
+import re
 import time
 from contextlib import contextmanager
 
@@ -270,8 +271,11 @@ def test_callers_who_hang_up_at_any_moment_leave_no_session_behind(phone, speech
             assert all(sim.close_code == 1000 for sim in sims), [sim.close_code for sim in sims]
             await wait_until(lambda: not app.state.calls, 2, "every call to be closed")
 
+    tasks = asyncio.run(healthz(host))["process"]["tasks"]
     asyncio.run(churn())
-    assert asyncio.run(healthz(host))["sessions"] == 0
+    health = asyncio.run(healthz(host))
+    assert health["sessions"] == 0
+    assert health["process"]["tasks"] == tasks, "a call left a task running on the server's event loop"
 
 
 def test_a_fault_in_one_calls_model_ends_that_call_and_the_other_goes_on(speech):
@@ -342,10 +346,12 @@ def test_the_load_generator_times_every_turn_from_the_callers_side(phone, speech
     tone = (3000 * np.sin(np.arange(8000) / 3)).astype(np.int16)
     faded = np.concatenate([tone[:1600], tone[:800] // 15, np.zeros(1600, np.int16)])   # 200 ms, 100 ms at -24 dB
     assert faint_ending_ms(faded, 8000) == 100.0 and faint_ending_ms(tone[:1600], 8000) == 0.0
-    assert row["rss_mb"] > 0 and row["fds"] > 0 and row["threads"] > 0 and row["sessions_after"] == 0
+    assert row["rss_mb"] > 0 and row["fds"] > 0 and row["threads"] > 0 and row["tasks"] > 0
+    assert row["sessions_after"] == 0
     assert "| twilio | 2 | 0 | 4 | 4 |" in table([row])
     assert capacity([row]) == (2 if row["p95"] <= 1500 else 0)
     assert capacity([dict(row, answered=3)]) == 0 and capacity([dict(row, refused=1)]) == 0
     assert percentile([1.0, 2.0, 3.0, 4.0], 0.5) == 2.0 and percentile([1.0, 2.0, 3.0, 4.0], 0.95) == 4.0
     report = asyncio.run(churn(f"http://{host}", questions[1], cycles=4, parallel=2))
     assert "not closed by the server: 0; sessions left: 0" in report and "(half way)" in report, report
+    assert re.search(r"event-loop tasks (\d+) -> \1$", report), report
