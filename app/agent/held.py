@@ -294,8 +294,10 @@ def held(schemas: list[dict], messages: list[dict], profile=None) -> list[dict]:
       2026-12-03: calls exact 82.2% of the salon's held-out turns and 70.9% of the bike shop's, against 81.1%
       and 68.6% when only required arguments were held so, and 81.1% and 67.4% before either;
     - an x-said clock time (CLOCK_PATTERN) or enum (a day) is one of the values the caller said last (`latest`),
-      when they said any; else one of those the conversation said, when it said any; else no time at all. The
-      model chooses between readings ("three thirty": 03:30 or 15:30; "3:30 p.m.": 15:30 alone; the one the
+      when they said any; else one of those the conversation said, when it said any; else no time at all. A
+      number said last that may be an hour and is not said as a clock time ("and my wife wants one too, same
+      time", after "a haircut thursday at 2 pm") stands beside the clock times the caller said last before it:
+      held to its reading alone, the wife was booked at 1 PM. The model chooses between readings ("three thirty": 03:30 or 15:30; "3:30 p.m.": 15:30 alone; the one the
       business is open at, when it is open at one only) but never writes a time nobody said: "what times do you
       have?" after "tomorrow" was a check of 10:00, dropped as unsaid with the day left out, and the caller heard
       "I'm sorry, I can't help with that.";
@@ -318,7 +320,9 @@ def held(schemas: list[dict], messages: list[dict], profile=None) -> list[dict]:
     "have", and the caller was asked what service they wanted."""
     said = Said(conversation_text(messages), profile)
     open_at = getattr(profile, "open_at", None)
-    heard = sorted(latest(messages, lambda text: times_in(text, open_at)) or said.times)
+    # a bare number ("one too, same time") may be no time: the clock times said before it are choices beside it
+    heard = sorted((latest(messages, lambda text: times_in(text, open_at))
+                    | latest(messages, lambda text: times_in(text, open_at, clock_only=True))) or said.times)
     last = latest_words(messages)
     said_last, times_last = Said([last], profile), times_answered(messages, schemas, open_at)
     own = callers_own_runs(messages)
