@@ -19,7 +19,7 @@ from app.agent.protocol import (TOOL_CALL_OPEN, ToolCall, TurnResult, forget_mes
                                 parse_tool_calls, retract_last_user_turn, tool_message)
 from app.agent.said import missing_result
 from app.agent.speech_filter import SpeechFilter
-from app.agent.weighed import FOLLOW_SHARE, Weighed
+from app.agent.weighed import FOLLOW_SHARE, NAMED_SHARE, Weighed
 
 log = logging.getLogger(__name__)
 
@@ -309,9 +309,11 @@ class Agent:
     def _given_way(self, calls, spoken: str, settled, messages: list[dict], cancel):
         """A generation that is calls alone gives way when every call is made up (CallCheck.made_up), or its one
         call leaves out the clock time the caller just gave (CallCheck.leaves_out_a_time), is the agent's last
-        look-up again (CallCheck.repeats_last) or strays from the request the agent just asked a detail of
-        (CallCheck.strays): to the call of the tool the model weighed next (Weighed.instead_of_made_up; for a
-        stray, the asked request's), or, for a made-up one the model weighed none for, to an answer in words.
+        look-up again (CallCheck.repeats_last), strays from the request the agent just asked a detail of
+        (CallCheck.strays) or is of a tool that takes no details, unnamed by the caller's words and written with
+        less than NAMED_SHARE of a call's probability (CallCheck.unnamed_bare): to the call of the tool the model
+        weighed next (Weighed.instead_of_made_up; for a stray, the asked request's), or, for a made-up one the
+        model weighed none for, to an answer in words.
         -> (that generation, its calls as settled, whether the turn answers in words); (None, None, False) when
         the calls stand."""
         if spoken or not calls:
@@ -319,8 +321,9 @@ class Agent:
         made_up = self.check.made_up(calls, settled, messages)
         leaves_out = not made_up and self.check.leaves_out_a_time(settled, messages)
         repeated = not made_up and self.check.repeats_last(settled, messages)
-        asked = None if made_up or leaves_out or repeated else self.check.strays(settled, messages)
-        if not (made_up or leaves_out or repeated or asked):
+        bare = not (made_up or leaves_out or repeated) and self.check.unnamed_bare(settled, messages)
+        asked = None if made_up or leaves_out or repeated or bare else self.check.strays(settled, messages)
+        if not (made_up or leaves_out or repeated or bare or asked):
             return None, None, False
         # NOTE: the last answer's look-up again would only say that again: "9:30 then" after Friday's opening
         # hours read them again (check_availability 0.009 of a call's probability), and so did "ok let's do the
@@ -334,7 +337,8 @@ class Agent:
         misplaced = made_up and self.check.misplaced(calls, settled, messages)
         other, other_settled, _ = self.weighed.instead_of_made_up(messages, calls[0][0], cancel,
                                                                   least=0.0 if repeated or misplaced else FOLLOW_SHARE,
-                                                                  on_latest=leaves_out or made_up, only=asked)
+                                                                  on_latest=leaves_out or made_up or bare, only=asked,
+                                                                  below=NAMED_SHARE if bare else None)
         return other, other_settled, made_up and other is None
 
     def _lacking_result(self, name: str, arguments: dict, missing: list[str]) -> dict:

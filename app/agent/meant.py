@@ -296,6 +296,20 @@ class CallCheck:
         return bool(timed) and name not in timed and bool(times_in(words, clock_only=True)) and \
             not rests_on(name, kept, schemas, [words], self.toolbox.profile)
 
+    def unnamed_bare(self, settled: list, messages: list[dict]) -> bool:
+        """Whether a turn's one call is of a tool that takes no details (a transfer, hanging up) whose description
+        the caller's latest words do not name (`names_tool`): "and my wife wants one too, same time, Leila Haddad",
+        after the caller's own haircut was booked, was handed to the staff (transfer_to_human 0.52 of a call's
+        probability, book_appointment 0.29). Such a call gives way to the tool the model weighed next when the
+        model was unsure of it and that one holds a detail the caller's latest words say
+        (app.agent.weighed.Weighed.instead_of_made_up with `below`)."""
+        if self.options.cache != "block" or len(settled) != 1 or not settled[0][0]:
+            return False
+        name, schemas = settled[0][0], self.toolbox.schemas()
+        schema = next((s for s in schemas if s["name"] == name), None)
+        return schema is not None and not schema["parameters"].get("properties") and \
+            not names_tool(name, schemas, latest_words(messages))
+
     def repeats_last(self, settled: list, messages: list[dict]) -> bool:
         """Whether a turn's one call (as `settled` holds it) is the look-up the agent made for the caller's turn
         before (app.agent.history.question_before), again, while their latest words, no question, say nothing it

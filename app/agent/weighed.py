@@ -255,7 +255,8 @@ class Weighed:
         return gen, seconds
 
     def instead_of_made_up(self, messages: list[dict], made_up: str, cancel, least: float = FOLLOW_SHARE,
-                           on_latest: bool = True, only: str | None = None) -> tuple[object | None, list, float]:
+                           on_latest: bool = True, only: str | None = None,
+                           below: float | None = None) -> tuple[object | None, list, float]:
         """The call of the tool the model weighed next after `made_up` (the tool of a call whose details nobody
         said: CallCheck.made_up; or of one that leaves out the time the caller gave: CallCheck.leaves_out_a_time),
         when the model gave it at least `least` of a call's probability and the call it writes holds a detail
@@ -264,7 +265,8 @@ class Weighed:
         "how much for a haircut and a beard trim together?" had the model check the free times of a day and a time
         nobody named (check_availability 0.44), and the caller heard "I'm sorry, I can't help with that."; its next
         tool, business_info (0.25), reads the haircut's price. The generation, its call as `CallCheck.settled`
-        holds it, and the seconds this took; (None, [], seconds) otherwise: the model answers in words."""
+        holds it, and the seconds this took; (None, [], seconds) otherwise: the model answers in words. With
+        `below`, only when the model gave `made_up` less than that share of a call's probability: it was unsure."""
         started = time.perf_counter()
         probabilities = getattr(self.engine, "next_token_probabilities", None)
         replies = None if probabilities is None else self.check.reply_grammar(messages)
@@ -273,6 +275,8 @@ class Weighed:
         opening, names = self._names
         shares = probabilities(messages, opening)
         gave_way = names.get(made_up, [])[len(opening):len(opening) + 1]  # the made-up tool's first token
+        if below is not None and gave_way and float(shares[gave_way[0]]) >= below:
+            return None, [], time.perf_counter() - started
         weighed = [(float(shares[written[len(opening)]]), name, written) for name, written in names.items()
                    if written[len(opening)] not in gave_way and only in (None, name)]
         if not weighed or max(weighed)[0] < least:

@@ -230,3 +230,46 @@ def test_an_answer_to_a_question_continues_the_request_unless_it_names_another(s
     agent = _asked(engine, BOOKING_FRIDAY, ["time"], "What time on Friday works for you?")
     turn = agent.respond(said)
     assert [c.name for c in turn.tool_calls] == [tool]
+
+
+TRANSFER = format_tool_call("transfer_to_human", {})
+BOOKING_HER = format_tool_call("book_appointment", {"name": "Leila Haddad", "day": "tuesday", "time": "14:00",
+                                                    "service": "haircut"})
+
+
+def _booked(engine):
+    agent = agent_after(engine, ("book_appointment", {"name": "Ana Lima", "day": "tuesday", "time": "14:00",
+                                                      "service": "haircut"}))
+    agent.messages[0]["content"] = "Hi, I'd like a haircut tuesday at 2 pm for Ana Lima."
+    return agent
+
+
+@pytest.mark.parametrize("draft", [False, True])
+def test_a_transfer_nobody_asked_for_gives_way_to_the_call_the_callers_words_hold(draft):
+    # "and my wife wants one too, same time, Leila Haddad", after the caller's own haircut was booked, was handed
+    # to the staff (transfer_to_human 0.52 of a call's probability, book_appointment 0.29)
+    engine = Torn({"transfer_to_human": 0.52, "book_appointment": 0.29}, own=TRANSFER, forced=BOOKING_HER)
+    agent = _booked(engine)
+    said = "and my wife wants one too, same time, Leila Haddad"
+    turn = agent.respond(said, first=agent.draft(said) if draft else None)
+    assert [(c.name, c.arguments["name"]) for c in turn.tool_calls] == [("book_appointment", "Leila Haddad")]
+    assert turn.tool_calls[0].result["ok"] is False   # Ana Lima has that time: the caller hears so
+
+
+ANA_AGAIN = format_tool_call("book_appointment", {"name": "Ana Lima", "day": "tuesday", "time": "14:00",
+                                                  "service": "haircut"})
+
+
+@pytest.mark.parametrize("said, names, forced", [
+    # the model is sure of it
+    ("and my wife wants one too, same time, Leila Haddad", {"transfer_to_human": 0.9, "book_appointment": 0.09},
+     BOOKING_HER),
+    # the caller's words name what it does ("Hand the call to a person on the staff.")
+    ("can I talk to a person about Leila Haddad's booking?", {"transfer_to_human": 0.52, "book_appointment": 0.29},
+     BOOKING_HER),
+    # the call weighed next holds nothing the caller's latest words say
+    ("and my wife wants one too", {"transfer_to_human": 0.52, "book_appointment": 0.29}, ANA_AGAIN),
+])
+def test_a_transfer_stands_when_asked_for_when_the_model_is_sure_or_when_nothing_else_was_said(said, names, forced):
+    turn = _booked(Torn(names, own=TRANSFER, forced=forced)).respond(said)
+    assert [c.name for c in turn.tool_calls] == ["transfer_to_human"]
