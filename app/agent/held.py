@@ -206,6 +206,23 @@ def _last_lacking(messages: list[dict], schemas: list[dict]) -> tuple[dict, list
     return None
 
 
+def _times_meant(messages: list[dict], answered: set[str], open_at=None) -> set[str]:
+    """The clock times a call may hold: those of the caller's latest message that says any (`latest`). When that
+    message says only a number that may be an hour, answering no question for a time (`answered`: what
+    `times_answered` gives) and no time the agent had just said, the clock times the caller said before it are
+    choices too: "and my wife wants one too, same time" after a haircut at 2 pm read "one" as 1 PM, and the wife
+    was booked at 1 PM; "Two is fine." after "The nearest free times are 2:00 PM and 2:30 PM" means 2 PM alone."""
+    numbers = latest(messages, lambda text: times_in(text, open_at))
+    clocks = latest(messages, lambda text: times_in(text, open_at, clock_only=True))
+    if not numbers or numbers & clocks or numbers & answered:
+        return numbers
+    before = latest_user(messages)
+    previous = max((i for i, m in enumerate(messages[:before]) if m["role"] == "user"), default=-1)
+    just_said = set().union(*(times_in(m["content"], open_at) for m in messages[previous + 1:before]
+                              if spoken_reply(m)))
+    return numbers if numbers & just_said else numbers | clocks
+
+
 def times_answered(messages: list[dict], schemas: list[dict], open_at=None) -> set[str]:
     """The clock times the caller's latest message says: those said as clock times (`times_in`'s clock_only), or,
     when the agent has just asked for a time (the call before lacked a clock-pattern detail), any number that may
@@ -320,11 +337,9 @@ def held(schemas: list[dict], messages: list[dict], profile=None) -> list[dict]:
     "have", and the caller was asked what service they wanted."""
     said = Said(conversation_text(messages), profile)
     open_at = getattr(profile, "open_at", None)
-    # a bare number ("one too, same time") may be no time: the clock times said before it are choices beside it
-    heard = sorted((latest(messages, lambda text: times_in(text, open_at))
-                    | latest(messages, lambda text: times_in(text, open_at, clock_only=True))) or said.times)
     last = latest_words(messages)
     said_last, times_last = Said([last], profile), times_answered(messages, schemas, open_at)
+    heard = sorted(_times_meant(messages, times_last, open_at) or said.times)
     own = callers_own_runs(messages)
     asked = asked_for(messages, schemas, own, said_last, times_last)
     said_callers = Said([m["content"] for m in messages if m["role"] == "user"], profile)

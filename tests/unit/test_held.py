@@ -133,6 +133,11 @@ def test_a_number_that_may_be_no_hour_stands_beside_the_clock_times_said_before_
     assert _held_property(messages, "book_appointment", "time")["enum"] == ["10:00", "13:00"]
     messages[-1]["content"] = "my brother needs a trim as well, at 11:30"
     assert _held_property(messages, "book_appointment", "time")["enum"] == ["11:30"]
+    # a number that answers the times the agent just said is that time alone
+    messages[-2:] = [{"role": "assistant", "content": "10:00 AM is taken. The nearest free times are 1:00 PM and "
+                                                      "1:30 PM. Would one of those work?"},
+                     {"role": "user", "content": "one is fine"}]
+    assert _held_property(messages, "book_appointment", "time")["enum"] == ["13:00"]
 
 
 def test_a_service_named_last_is_held_to_the_latest_words():
