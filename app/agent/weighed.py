@@ -63,6 +63,10 @@ NAMED_SHARE = 0.75
 GIVEN_SHARE = 0.2
 COMPLETED_SHARE = 0.5
 
+# An unasked call of a tool that takes no details gives way to the first of this many next tools, the most weighed
+# first, whose call holds what the caller's latest words say (`Weighed.instead_of_made_up` with `below`).
+UNASKED_TRIED = 3
+
 
 def _a_question(messages: list[dict]) -> bool:
     """Whether `messages` end with the caller's turn, and it ends as a question does."""
@@ -266,7 +270,8 @@ class Weighed:
         nobody named (check_availability 0.44), and the caller heard "I'm sorry, I can't help with that."; its next
         tool, business_info (0.25), reads the haircut's price. The generation, its call as `CallCheck.settled`
         holds it, and the seconds this took; (None, [], seconds) otherwise: the model answers in words. With
-        `below`, only when the model gave `made_up` less than that share of a call's probability: it was unsure."""
+        `below`, only when the model gave `made_up` less than that share of a call's probability (it was unsure),
+        and the first of the next UNASKED_TRIED tools whose call holds a detail or a topic the latest words name."""
         started = time.perf_counter()
         probabilities = getattr(self.engine, "next_token_probabilities", None)
         replies = None if probabilities is None else self.check.reply_grammar(messages)
@@ -281,18 +286,23 @@ class Weighed:
                    if written[len(opening)] not in gave_way and only in (None, name)]
         if not weighed or max(weighed)[0] < least:
             return None, [], time.perf_counter() - started
-        share, name, written = max(weighed)
-        gen, settled = self._one_call(messages, replies, cancel, written)
-        seconds = time.perf_counter() - started
-        calls = [(n, arguments) for n, arguments, _ in settled]
-        if not settled or settled[0][0] != name or self.check.made_up(calls, settled, messages) or not self._rests(
-                name, settled[0][1], messages, on_latest):
-            log.debug("the call weighed after a made-up %s holds nothing said (share %.3f): %r", made_up, share,
-                      gen and gen.text)
-            return None, [], seconds
-        log.debug("the call weighed after a made-up %s (share %.3f): %r", made_up, share, gen.text)
-        gen.seconds = seconds
-        return gen, settled, seconds
+        # an unasked bare call (`below`) gives way to the most weighed of the next few tools whose call holds what
+        # the latest words name of it, a detail said or its topic: "Okay never mind what's the address.", heard with
+        # no question mark, was transferred (0.47), list_appointments 0.21, business_info 0.17
+        tried = sorted(weighed, reverse=True)[:1 if below is None else UNASKED_TRIED]
+        for share, name, written in (t for t in tried if t[0] >= least):
+            gen, settled = self._one_call(messages, replies, cancel, written)
+            calls = [(n, arguments) for n, arguments, _ in settled]
+            rests = settled and (self._rests(name, settled[0][1], messages, on_latest)
+                                 or below is not None and self._names_its_topic(name, settled[0][1], messages))
+            if not settled or settled[0][0] != name or self.check.made_up(calls, settled, messages) or not rests:
+                log.debug("the call weighed after a made-up %s holds nothing said (share %.3f): %r", made_up, share,
+                          gen and gen.text)
+                continue
+            log.debug("the call weighed after a made-up %s (share %.3f): %r", made_up, share, gen.text)
+            gen.seconds = time.perf_counter() - started
+            return gen, settled, gen.seconds
+        return None, [], time.perf_counter() - started
 
     def _rests(self, name: str, arguments: dict, messages: list[dict], on_latest: bool) -> bool:
         """Whether a call holds a detail the caller's latest words say (app.agent.said.rests_on); with on_latest
@@ -305,6 +315,16 @@ class Weighed:
         callers = [m for m in messages if m["role"] == "user"]
         return rests_on(name, arguments, schemas, [m["content"] for m in callers], profile) and \
             not unsaid(name, arguments, schemas, callers, profile)
+
+    def _names_its_topic(self, name: str, arguments: dict, messages: list[dict]) -> bool:
+        """Whether a call of tool `name` holds a value of an enum the caller need not say (a topic) that the
+        caller's latest words alone name (app.agent.held.named_alone)."""
+        schema = next((s for s in self.toolbox.schemas() if s["name"] == name), None)
+        properties = {} if schema is None else schema["parameters"].get("properties", {})
+        said_last = Said([latest_words(messages)], self.toolbox.profile)
+        return any(not spec.get(SAID) and "enum" in spec and arguments.get(key) is not None
+                   and named_alone(key, properties, said_last) == arguments.get(key)
+                   for key, spec in properties.items())
 
     def _weighed(self, messages: list[dict], replies, cancel, name: str) -> tuple[object | None, list, float]:
         """The model's reply to `messages` written as a call of tool `name`, when the model, opening its reply

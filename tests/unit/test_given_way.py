@@ -260,6 +260,20 @@ ANA_AGAIN = format_tool_call("book_appointment", {"name": "Ana Lima", "day": "tu
                                                   "service": "haircut"})
 
 
+def test_an_unasked_transfer_gives_way_to_the_topic_the_callers_words_name():
+    # espeak's "oh ok never mind. what's the address?", heard with no question mark after a cancellation found
+    # nothing, was transferred (0.47; list_appointments 0.21, business_info 0.17)
+    address = format_tool_call("business_info", {"topic": "address"})
+    engine = Torn({"transfer_to_human": 0.47, "list_appointments": 0.21, "business_info": 0.17}, own=TRANSFER,
+                  forced=address)
+    turn = _booked(engine).respond("Okay never mind what's the address.")
+    assert [(c.name, c.arguments) for c in turn.tool_calls] == [("business_info", {"topic": "address"})]
+    hours = format_tool_call("business_info", {"topic": "hours"})   # a topic the words do not name
+    turn = _booked(Torn({"transfer_to_human": 0.6, "business_info": 0.3}, own=TRANSFER, forced=hours)).respond(
+        "Okay never mind that.")
+    assert [c.name for c in turn.tool_calls] == ["transfer_to_human"]
+
+
 @pytest.mark.parametrize("said, names, forced", [
     # the model is sure of it
     ("and my wife wants one too, same time, Leila Haddad", {"transfer_to_human": 0.9, "book_appointment": 0.09},
