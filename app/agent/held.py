@@ -206,23 +206,6 @@ def _last_lacking(messages: list[dict], schemas: list[dict]) -> tuple[dict, list
     return None
 
 
-def _times_meant(messages: list[dict], answered: set[str], open_at=None) -> set[str]:
-    """The clock times a call may hold: those of the caller's latest message that says any (`latest`). When that
-    message says only a number that may be an hour, answering no question for a time (`answered`: what
-    `times_answered` gives) and no time the agent had just said, the clock times the caller said before it are
-    choices too: "and my wife wants one too, same time" after a haircut at 2 pm read "one" as 1 PM, and the wife
-    was booked at 1 PM; "Two is fine." after "The nearest free times are 2:00 PM and 2:30 PM" means 2 PM alone."""
-    numbers = latest(messages, lambda text: times_in(text, open_at))
-    clocks = latest(messages, lambda text: times_in(text, open_at, clock_only=True))
-    if not numbers or numbers & clocks or numbers & answered:
-        return numbers
-    before = latest_user(messages)
-    previous = max((i for i, m in enumerate(messages[:before]) if m["role"] == "user"), default=-1)
-    just_said = set().union(*(times_in(m["content"], open_at) for m in messages[previous + 1:before]
-                              if spoken_reply(m)))
-    return numbers if numbers & just_said else numbers | clocks
-
-
 def times_answered(messages: list[dict], schemas: list[dict], open_at=None) -> set[str]:
     """The clock times the caller's latest message says: those said as clock times (`times_in`'s clock_only), or,
     when the agent has just asked for a time (the call before lacked a clock-pattern detail), any number that may
@@ -311,10 +294,8 @@ def held(schemas: list[dict], messages: list[dict], profile=None) -> list[dict]:
       2026-12-03: calls exact 82.2% of the salon's held-out turns and 70.9% of the bike shop's, against 81.1%
       and 68.6% when only required arguments were held so, and 81.1% and 67.4% before either;
     - an x-said clock time (CLOCK_PATTERN) or enum (a day) is one of the values the caller said last (`latest`),
-      when they said any; else one of those the conversation said, when it said any; else no time at all. A
-      number said last that may be an hour and is not said as a clock time ("and my wife wants one too, same
-      time", after "a haircut thursday at 2 pm") stands beside the clock times the caller said last before it:
-      held to its reading alone, the wife was booked at 1 PM. The model chooses between readings ("three thirty": 03:30 or 15:30; "3:30 p.m.": 15:30 alone; the one the
+      when they said any; else one of those the conversation said, when it said any; else no time at all. The
+      model chooses between readings ("three thirty": 03:30 or 15:30; "3:30 p.m.": 15:30 alone; the one the
       business is open at, when it is open at one only) but never writes a time nobody said: "what times do you
       have?" after "tomorrow" was a check of 10:00, dropped as unsaid with the day left out, and the caller heard
       "I'm sorry, I can't help with that.";
@@ -337,9 +318,9 @@ def held(schemas: list[dict], messages: list[dict], profile=None) -> list[dict]:
     "have", and the caller was asked what service they wanted."""
     said = Said(conversation_text(messages), profile)
     open_at = getattr(profile, "open_at", None)
+    heard = sorted(latest(messages, lambda text: times_in(text, open_at)) or said.times)
     last = latest_words(messages)
     said_last, times_last = Said([last], profile), times_answered(messages, schemas, open_at)
-    heard = sorted(_times_meant(messages, times_last, open_at) or said.times)
     own = callers_own_runs(messages)
     asked = asked_for(messages, schemas, own, said_last, times_last)
     said_callers = Said([m["content"] for m in messages if m["role"] == "user"], profile)

@@ -250,7 +250,7 @@ def test_a_transfer_nobody_asked_for_gives_way_to_the_call_the_callers_words_hol
     # to the staff (transfer_to_human 0.52 of a call's probability, book_appointment 0.29)
     engine = Torn({"transfer_to_human": 0.52, "book_appointment": 0.29}, own=TRANSFER, forced=BOOKING_HER)
     agent = _booked(engine)
-    said = "and my wife wants one too, same time, Leila Haddad"
+    said = "and my wife wants a haircut too, same time, Leila Haddad"
     turn = agent.respond(said, first=agent.draft(said) if draft else None)
     assert [(c.name, c.arguments["name"]) for c in turn.tool_calls] == [("book_appointment", "Leila Haddad")]
     assert turn.tool_calls[0].result["ok"] is False   # Ana Lima has that time: the caller hears so
@@ -282,7 +282,7 @@ def test_an_unasked_transfer_gives_way_to_the_topic_the_callers_words_name():
     ("can I talk to a person about Leila Haddad's booking?", {"transfer_to_human": 0.52, "book_appointment": 0.29},
      BOOKING_HER),
     # the call weighed next holds nothing the caller's latest words say
-    ("and my wife wants one too", {"transfer_to_human": 0.52, "book_appointment": 0.29}, ANA_AGAIN),
+    ("and my wife wants to come too", {"transfer_to_human": 0.52, "book_appointment": 0.29}, ANA_AGAIN),
 ])
 def test_a_transfer_stands_when_asked_for_when_the_model_is_sure_or_when_nothing_else_was_said(said, names, forced):
     turn = _booked(Torn(names, own=TRANSFER, forced=forced)).respond(said)

@@ -124,22 +124,6 @@ def test_a_detail_the_caller_changes_is_held_to_the_new_one():
     assert _held_property(messages, "check_availability", "day")["enum"] == ["wednesday"]
 
 
-def test_a_number_that_may_be_no_hour_stands_beside_the_clock_times_said_before_it():
-    """"and my wife wants one too, same time" after a haircut at 2 pm: held to the one reading of "one", the
-    wife was booked at 1 PM; the clock time said before it stays a choice. A clock time said last stands alone."""
-    messages = [{"role": "user", "content": "a beard trim on Friday at 10 am for Sam Ortiz please"},
-                {"role": "assistant", "content": "You're all set, Sam Ortiz."},
-                {"role": "user", "content": "my brother needs one as well, same time"}]
-    assert _held_property(messages, "book_appointment", "time")["enum"] == ["10:00", "13:00"]
-    messages[-1]["content"] = "my brother needs a trim as well, at 11:30"
-    assert _held_property(messages, "book_appointment", "time")["enum"] == ["11:30"]
-    # a number that answers the times the agent just said is that time alone
-    messages[-2:] = [{"role": "assistant", "content": "10:00 AM is taken. The nearest free times are 1:00 PM and "
-                                                      "1:30 PM. Would one of those work?"},
-                     {"role": "user", "content": "one is fine"}]
-    assert _held_property(messages, "book_appointment", "time")["enum"] == ["13:00"]
-
-
 def test_a_service_named_last_is_held_to_the_latest_words():
     """"Just a kids cut please." after a refused "eyelash extensions" was booked as eyelash extensions again."""
     import re
