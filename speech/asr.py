@@ -124,7 +124,8 @@ class Transcriber:
         self._transcribe_full(noise, self.options.prompt)
 
     def _transcribe_window(self, x: np.ndarray, duration_s: float, prompt: list[int]) -> str | None:
-        """Greedy decode over a window_s window; None when the result looks degenerate."""
+        """Greedy decode over a window_s window (by beam search when that writes nothing); None when the result
+        looks degenerate."""
         window_frames = 2 * int(self.options.window_s * 50)  # 10 ms mel frames, even: the encoder halves them
         padded = np.zeros(window_frames * 160, dtype=np.float32)  # zero padding, as Whisper pads to 30 s
         padded[:x.size] = x

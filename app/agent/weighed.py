@@ -73,6 +73,16 @@ def _a_question(messages: list[dict]) -> bool:
     return bool(messages) and messages[-1]["role"] == "user" and messages[-1]["content"].rstrip().endswith("?")
 
 
+def _topics_named(schemas: list[dict], said_last: Said) -> set[tuple[str, str, str]]:
+    """(tool, argument, value) of each enum argument the caller need not say (a topic) whose one value the caller's
+    latest words (`said_last`) alone name (app.agent.held.named_alone)."""
+    return {(s["name"], key, value) for s in schemas
+            for properties in [s["parameters"].get("properties", {})]
+            for key, spec in properties.items()
+            if not spec.get(SAID) and spec.get("type") == "string" and "enum" in spec
+            for value in [named_alone(key, properties, said_last)] if value is not None}
+
+
 class Weighed:
     """The calls a turn's first generation may be made to open with (`acted_on_part`, `followed_up`,
     `asked_of_a_service`, `named_topic`, `named_tool`), each with the seconds it took; `check`
@@ -167,12 +177,7 @@ class Weighed:
         started = time.perf_counter()
         if not _a_question(messages):
             return None, time.perf_counter() - started
-        said_last = Said([messages[-1]["content"]], self.toolbox.profile)
-        named = {(s["name"], key, value) for s in self.toolbox.schemas()
-                 for properties in [s["parameters"].get("properties", {})]
-                 for key, spec in properties.items()
-                 if not spec.get(SAID) and spec.get("type") == "string" and "enum" in spec
-                 for value in [named_alone(key, properties, said_last)] if value is not None}
+        named = _topics_named(self.toolbox.schemas(), Said([messages[-1]["content"]], self.toolbox.profile))
         if len({name for name, _, _ in named}) != 1:
             return None, time.perf_counter() - started
         (name, key, value), = named
@@ -317,14 +322,9 @@ class Weighed:
             not unsaid(name, arguments, schemas, callers, profile)
 
     def _names_its_topic(self, name: str, arguments: dict, messages: list[dict]) -> bool:
-        """Whether a call of tool `name` holds a value of an enum the caller need not say (a topic) that the
-        caller's latest words alone name (app.agent.held.named_alone)."""
-        schema = next((s for s in self.toolbox.schemas() if s["name"] == name), None)
-        properties = {} if schema is None else schema["parameters"].get("properties", {})
-        said_last = Said([latest_words(messages)], self.toolbox.profile)
-        return any(not spec.get(SAID) and "enum" in spec and arguments.get(key) is not None
-                   and named_alone(key, properties, said_last) == arguments.get(key)
-                   for key, spec in properties.items())
+        """Whether a call of tool `name` holds a topic the caller's latest words alone name (`_topics_named`)."""
+        named = _topics_named(self.toolbox.schemas(), Said([latest_words(messages)], self.toolbox.profile))
+        return any(tool == name and arguments.get(key) == value for tool, key, value in named)
 
     def _weighed(self, messages: list[dict], replies, cancel, name: str) -> tuple[object | None, list, float]:
         """The model's reply to `messages` written as a call of tool `name`, when the model, opening its reply
