@@ -26,6 +26,10 @@ STORE_DOWN = "The appointment book cannot be reached right now, so nothing was c
 SLOT_MIN = 30  # availability is offered on this grid, in minutes
 
 
+def _given(value) -> bool:
+    return isinstance(value, str) and bool(value.strip())
+
+
 def _join(items: list[str]) -> str:
     return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
 
@@ -102,19 +106,37 @@ class Toolbox:
 
     def refusal(self, name: str, arguments: dict) -> dict | None:
         """What `call` would refuse in a call of tool `name` that lacks required details, judged on the ones it
-        has: a service the business does not offer, a day it is closed for a tool that takes a slot to fill
-        (SLOTTED); None when it refuses none of them. A front desk says "we don't offer waxing" before asking for a
-        name, not after it."""
+        has: a service the business does not offer; for a tool that takes a slot to fill (SLOTTED), a day it is
+        closed, and a time on it outside the opening hours, passed or taken; None when it refuses none of them. A
+        front desk says "we don't offer waxing" or "we close at 4 on Saturdays" before asking for a name, not
+        after it."""
         properties = next((s for s in self.TOOLS if s["name"] == name), {}).get("parameters", {}).get("properties", {})
-        service, day = arguments.get("service"), arguments.get("day")
+        service, day, at = arguments.get("service"), arguments.get("day"), arguments.get("time")
         try:
-            if "service" in properties and isinstance(service, str) and service.strip():
-                self._service(service)
-            if name in self.SLOTTED and isinstance(day, str) and day.strip():
-                self._hours_on(self._day(day))
+            offered = self._service(service) if "service" in properties and _given(service) else None
+            if name in self.SLOTTED and _given(day):
+                d = self._day(day)
+                self._hours_on(d)
+                if _given(at):
+                    self._check_free(datetime.combine(d, parse_time(at)), offered)
         except Refusal as exc:
             return {"ok": False, "error": str(exc)}
         return None
+
+    def _check_free(self, start: datetime, service: Service | None) -> None:
+        """Refusal unless `service` (else the shortest) fits in opening hours at `start`, later than now, with
+        nothing booked in its way."""
+        duration = service.duration_min if service else min(s.duration_min for s in self.profile.services)
+        self._check_slot(start, duration)
+        end = start + timedelta(minutes=duration)
+        if any(a.start < end and start < a.end for a in self.store.on_date(start.date())):
+            raise self._taken(start, duration)
+
+    def _taken(self, start: datetime, duration_min: int) -> Refusal:
+        """The refusal of a slot someone else holds, with the nearest free times."""
+        nearest = self._nearest_text(start, duration_min)
+        return Refusal(f"{when_text(start)} is already taken. The nearest free times are {nearest}." if nearest
+                       else f"{when_text(start)} is already taken, and that day is fully booked.")
 
     def choices(self, name: str, arguments: dict, missing: list[str]) -> tuple[str, dict] | None:
         """The look-up that lists what the caller may choose from for the first detail a call of tool `name`
@@ -306,9 +328,7 @@ class Toolbox:
                 self.store.add(name, s.name, start, s.duration_min)
                 booked = name.strip()
         except ValueError:
-            nearest = self._nearest_text(start, s.duration_min)
-            raise Refusal(f"{when_text(start)} is already taken. The nearest free times are {nearest}." if nearest
-                          else f"{when_text(start)} is already taken, and that day is fully booked.") from None
+            raise self._taken(start, s.duration_min) from None
         return {"name": booked, "service": s.name, "when": when_text(start), "price": self.profile.price_text(s)}
 
     def _booked(self, name: str, whole: bool = False) -> tuple[str, list[Appointment]]:

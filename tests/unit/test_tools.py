@@ -136,6 +136,24 @@ def test_a_call_lacking_details_is_refused_on_those_it_has(toolbox):
     assert toolbox.refusal("book_appointment", {}) is None
 
 
+def test_a_booking_lacking_a_name_is_refused_a_time_it_could_not_have(toolbox):
+    """"Can I get a haircut on Saturday at 5 PM?" with no name: the caller hears that Saturday closes at 4, or that
+    the time is taken and which are free, before being asked their name; a free time is no refusal."""
+    assert book(toolbox)["ok"]                                              # Friday 3:30 PM, 30 minutes
+    assert toolbox.refusal("book_appointment", {"service": "haircut", "day": "saturday", "time": "17:00"}) == {
+        "ok": False, "error": "On Saturday we're open 9:00 AM to 4:00 PM."}
+    assert toolbox.refusal("book_appointment", {"day": "friday", "time": "15:45"}) == {
+        "ok": False, "error": "Friday, December 4 at 3:45 PM is already taken. "
+                              "The nearest free times are 3:00 PM and 4:00 PM."}
+    # the service's own length: a 90-minute coloring from 2:30 runs into the 3:30 haircut, a trim does not
+    assert "taken" in toolbox.refusal("book_appointment", {"service": "hair coloring", "day": "friday",
+                                                           "time": "14:30"})["error"]
+    assert toolbox.refusal("book_appointment", {"service": "beard trim", "day": "friday", "time": "14:30"}) is None
+    assert "passed" in toolbox.refusal("book_appointment", {"day": "today", "time": "09:00"})["error"]
+    assert toolbox.refusal("book_appointment", {"day": "friday", "time": "10:00"}) is None
+    assert toolbox.refusal("cancel_appointment", {"day": "friday", "time": "15:30"}) is None   # takes no slot
+
+
 def test_a_detail_asked_for_again_has_the_look_up_of_its_choices(toolbox):
     """Asked for a detail and answered without it, the caller hears what they may choose from (Agent.respond):
     a time, the free times of the call's day; a day, the opening hours; a service, the services. A name, or a

@@ -50,6 +50,11 @@ def fill_day(s: Script, day: str, keep: datetime, n: int) -> None:
             s.book_existing(s.name(), s.rng.choice(s.profile.services).name, s.rng.choice(starts))
 
 
+# refusals of a booking's details a caller answers with another one before the questions go on (a business open an
+# hour a week, its hour passed, refuses every day and time)
+REFUSALS_ANSWERED = 3
+
+
 def booking(s: Script, asked: str | None = None) -> None:
     """A booking request, its slot questions, the call, and maybe a second try after a refusal. `asked`: a
     service the caller just asked about, which the request names or calls "it" ("Okay, can I book it for
@@ -76,7 +81,8 @@ def booking(s: Script, asked: str | None = None) -> None:
         given.add("service")
     s.user(request_text(s, slots, given), "book")
     args = {"name": name, "day": day, "time": start.strftime("%H:%M"), "service": service}
-    ask_missing(s, slots, given, args)
+    if not ask_missing(s, slots, given, args):
+        return
     result = s.call("book_appointment", args)
     if not result["ok"] and s.rng.random() < 0.6:
         retry(s, args, result)
@@ -105,21 +111,24 @@ def request_text(s: Script, slots: dict, given: set) -> str:
     return " ".join(p for p in parts if p)
 
 
-def ask_missing(s: Script, slots: dict, given: set, args: dict) -> None:
+def ask_missing(s: Script, slots: dict, given: set, args: dict) -> bool:
     """Ask for each missing slot in order service, day, time, name (book_appointment's `required` order); the
     caller answers (day and time at once, sometimes). `args`: the booking's arguments, of which the given ones are
-    known when the agent asks (Script.ask). A service or day the toolbox refuses is refused before the next
-    question, and the caller changes it (`changed`, in `args` and `slots`) before the questions go on."""
-    given = set(given)
+    known when the agent asks (Script.ask). A service, day or time the toolbox refuses is refused before the next
+    question, and the caller changes it (`changed`, in `args` and `slots`) before the questions go on.
+    -> whether every detail was given (False: a refusal ended the request)."""
+    given, changes = set(given), REFUSALS_ANSWERED
     for slot in ("service", "day", "time", "name"):
         while slot not in given:
             known = {k: v for k, v in args.items() if k in given}
             question = {"service": ASK_SERVICE, "day": ASK_DAY, "time": ask_time(slots["day"]), "name": ASK_NAME}[slot]
             refused = s.ask(question, "book_appointment", known)
             if refused is not None:
-                if not changed(s, args, refused["error"]):
-                    return  # nothing the caller can change here: the booking's call says why
+                changes -= 1
+                if not changes or not changed(s, args, refused["error"]):
+                    return False  # nothing (more) the caller can change here: the refusal ends the request
                 slots["day"] = args["day"]
+                slots["time"] = slots["time"].replace(hour=int(args["time"][:2]), minute=int(args["time"][3:]))
                 continue
             if slot == "service":
                 s.user(s.pick(T.ANSWER_SERVICE).format(service=slots["service"]), "book")
@@ -135,6 +144,7 @@ def ask_missing(s: Script, slots: dict, given: set, args: dict) -> None:
             else:
                 s.user(s.pick(T.ANSWER_NAME).format(name=s.said_name(slots["name"])), "book")
             given.add(slot)
+    return True
 
 
 def another_person(s: Script, args: dict) -> None:
@@ -152,7 +162,15 @@ def another_person(s: Script, args: dict) -> None:
         s.user(s.pick(T.SECOND_SAME).format(who=who, name=name), "book")
     elif r < 0.6:
         s.user(s.pick(T.SECOND_NO_NAME).format(who=who), "book")
-        s.ask(ASK_OTHER_NAME, "book_appointment", {k: v for k, v in other.items() if k != "name"})
+        refused = s.ask(ASK_OTHER_NAME, "book_appointment", {k: v for k, v in other.items() if k != "name"})
+        if refused is not None:  # the time is the first caller's now: the front desk says so before the name
+            start = offered_time(s, refused["error"], other)
+            if start is None:
+                return
+            other["time"] = start.strftime("%H:%M")
+            s.user(s.pick(T.ALTERNATIVE_FOR).format(time=s.say_time(start), them=them), "book")
+            if s.ask(ASK_OTHER_NAME, "book_appointment", {k: v for k, v in other.items() if k != "name"}):
+                return
         s.user(s.pick(T.ANSWER_NAME).format(name=s.said_name(name)), "book")
     else:
         template = s.pick(T.SECOND_TIME)
@@ -176,7 +194,9 @@ def another_person(s: Script, args: dict) -> None:
 
 
 def changed(s: Script, args: dict, error: str) -> bool:
-    """After a refusal of the service or the day, the caller names another (in `args`); False for any other."""
+    """After a refusal the caller changes the one thing that was wrong (in `args`): another service, another
+    day, or for a time taken or outside the hours, one of the nearest free times offered or another that fits
+    the day; False when there is nothing to change to."""
     if "don't offer" in error:
         service, said = s.service()
         args["service"] = service
@@ -186,21 +206,19 @@ def changed(s: Script, args: dict, error: str) -> bool:
         args["day"] = day
         s.user(s.pick(T.ANSWER_OTHER_DAY).format(day=s.say_day(day)), "book")
     else:
-        return False
+        start = offered_time(s, error, args)
+        if start is None:
+            return False
+        args["time"] = start.strftime("%H:%M")
+        s.user(s.pick(T.ANSWER_ALTERNATIVE).format(time=s.say_time(start)), "book")
     return True
 
 
 def retry(s: Script, args: dict, result: dict) -> None:
     """After a refusal the caller changes the one thing that was wrong, and the agent books again."""
-    error = result["error"]
     args = dict(args)
-    if not changed(s, args, error):
-        start = offered_time(s, error, args)
-        if start is None:
-            return
-        args["time"] = start.strftime("%H:%M")
-        s.user(s.pick(T.ANSWER_ALTERNATIVE).format(time=s.say_time(start)), "book")
-    s.call("book_appointment", args)
+    if changed(s, args, result["error"]):
+        s.call("book_appointment", args)
 
 
 def offered_time(s: Script, text: str, args: dict) -> time | None:
