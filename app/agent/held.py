@@ -8,7 +8,7 @@ import re
 from app.agent.days import DAYS, day_phrases
 from app.agent.protocol import read_tool_message
 from app.agent.history import conversation_text, details_called, latest_user, latest_words, spoken_reply
-from app.agent.said import CLOCK_PATTERN, SAID, Said, is_free, known
+from app.agent.said import CLOCK_PATTERN, SAID, Said, is_free, known, schema_of
 from app.agent.spoken_times import times_in
 from app.agent.words import WRITTEN_WORD, fold, holds, name_words, stands_in, stem, value_words
 
@@ -60,7 +60,7 @@ def fullest(name: str, arguments: dict, schemas: list[dict], messages: list[dict
       (`known`: the name a lookup found the caller booked under) becomes that value. After "you have a haircut on
       Thursday" for a lookup of "Haddad" that found Ahmed Haddad, "can I change it to 4?" was booked under
       "Haddad", beside the haircut it meant to move."""
-    schema = next((s for s in schemas if s["name"] == name), None)
+    schema = schema_of(name, schemas)
     last_index = latest_user(messages)
     if schema is None or last_index < 0:
         return arguments
@@ -201,7 +201,7 @@ def _last_lacking(messages: list[dict], schemas: list[dict]) -> tuple[dict, list
             return None
         tool, result = read
         missing = result.get("missing")
-        schema = next((s for s in schemas if s["name"] == tool), None)
+        schema = schema_of(tool, schemas)
         return (schema, missing) if isinstance(missing, list) and schema is not None else None
     return None
 

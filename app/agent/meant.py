@@ -17,7 +17,8 @@ from app.agent import schema_grammar
 from app.agent.protocol import TOOL_CALL_OPEN, TOOL_CALL_RE, compact
 from app.agent.held import asked_for, callers_own_runs, fullest, held, known, says_a_value, times_answered
 from app.agent.history import asked_last, latest_words, question_before
-from app.agent.said import CLOCK_PATTERN, Said, invented, is_free, names_last, names_tool, rests_on, settle
+from app.agent.said import (CLOCK_PATTERN, Said, invented, is_free, names_last, names_tool, properties_of, rests_on,
+                            schema_of, settle)
 from app.agent.spoken_times import times_in
 from app.agent.words import holds, name_words, value_words
 
@@ -183,7 +184,7 @@ class CallCheck:
         is a value too ("eyebrow waxing"): the call that holds it, lacking the name still, gets the toolbox's
         refusal (Agent._lacking_result), not a question for the service the caller just named."""
         profile = self.toolbox.profile
-        schema = next(s for s in schemas if s["name"] == name)
+        schema = schema_of(name, schemas)
         spec = schema["parameters"].get("properties", {})
         callers = [m["content"] for m in messages if m["role"] == "user"]
         said = Said(callers, profile)
@@ -306,8 +307,7 @@ class CallCheck:
         if self.options.cache != "block" or len(settled) != 1 or not settled[0][0]:
             return False
         name, schemas = settled[0][0], self.toolbox.schemas()
-        schema = next((s for s in schemas if s["name"] == name), None)
-        return schema is not None and not schema["parameters"].get("properties") and \
+        return schema_of(name, schemas) is not None and not properties_of(name, schemas) and \
             not names_tool(name, schemas, latest_words(messages))
 
     def repeats_last(self, settled: list, messages: list[dict]) -> bool:

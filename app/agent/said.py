@@ -175,10 +175,20 @@ def rests_on(name: str, arguments: dict, schemas: list[dict], texts: list[str], 
 
 def _said_strings(name: str, arguments: dict, schemas: list[dict]) -> dict:
     """The string arguments of a call of tool `name` that its schema marks x-said (none for an unknown tool)."""
-    schema = next((s for s in schemas if s["name"] == name), None)
-    properties = {} if schema is None else schema["parameters"].get("properties", {})
+    properties = properties_of(name, schemas)
     return {key: value for key, value in arguments.items()
             if properties.get(key, {}).get(SAID) and isinstance(value, str)}
+
+
+def schema_of(name: str, schemas: list[dict]) -> dict | None:
+    """The schema of tool `name` among `schemas`; None for a tool they do not have."""
+    return next((s for s in schemas if s["name"] == name), None)
+
+
+def properties_of(name: str, schemas: list[dict]) -> dict:
+    """The arguments the schema of tool `name` takes, by name ({} for a tool `schemas` do not have)."""
+    schema = schema_of(name, schemas)
+    return {} if schema is None else schema["parameters"].get("properties", {})
 
 
 def lacking(schema: dict, arguments: dict) -> list[str]:
@@ -192,7 +202,7 @@ def settle(name: str, arguments: dict, schemas: list[dict], messages: list[dict]
     order of the schema's `required` list (the order the agent asks for them). A call that lacks none runs ("what
     are your hours" with a day nobody named is still a question about the hours); one that lacks some is not run:
     the model is told what is missing (`missing_result`) and asks the caller."""
-    schema = next((s for s in schemas if s["name"] == name), None)
+    schema = schema_of(name, schemas)
     if schema is None:
         return arguments, []
     unsaid_keys = {*unsaid(name, arguments, schemas, messages, profile), *other_values(schema, arguments, schemas),
@@ -308,7 +318,7 @@ def invented(name: str, arguments: dict, kept: dict, schemas: list[dict]) -> boo
     call now and then, its details made up ("is it safe to color my hair while I'm pregnant?" made an
     availability check for a Friday at 10 nobody named); asking the caller for what such a call lacks answers a
     question they never asked."""
-    schema = next((s for s in schemas if s["name"] == name), None)
+    schema = schema_of(name, schemas)
     if schema is None:
         return False
     properties = schema["parameters"].get("properties", {})

@@ -14,7 +14,7 @@ from typing import Callable
 from app.agent.days import (DAYS, Refusal, date_text, parse_time, resolve_day, time_text,
                             when_text)
 from app.agent.profile import WEEKDAYS, Profile, Service
-from app.agent.said import lacking, named_service
+from app.agent.said import lacking, named_service, properties_of, schema_of
 from app.agent.schemas import SCHEMAS, TOPICS
 from app.agent.store import Appointment, Store, UnwrittenStore
 from app.agent.words import holds, name_words
@@ -110,7 +110,7 @@ class Toolbox:
         closed, and a time on it outside the opening hours, passed or taken; None when it refuses none of them. A
         front desk says "we don't offer waxing" or "we close at 4 on Saturdays" before asking for a name, not
         after it."""
-        properties = next((s for s in self.TOOLS if s["name"] == name), {}).get("parameters", {}).get("properties", {})
+        properties = properties_of(name, self.TOOLS)
         service, day, at = arguments.get("service"), arguments.get("day"), arguments.get("time")
         try:
             offered = self._service(service) if "service" in properties and _given(service) else None
@@ -144,7 +144,7 @@ class Toolbox:
         service (the services); None for a detail without such a list (a name). The agent offers it when the
         caller, asked for that detail, answered without it ("afternoon would be best" asked what time): a front
         desk reads out the free times rather than ask "what time?" again."""
-        properties = next((s for s in self.TOOLS if s["name"] == name), {}).get("parameters", {}).get("properties", {})
+        properties = properties_of(name, self.TOOLS)
         detail = missing[0] if missing else None
         if detail not in properties or name not in self.SLOTTED and detail != "service":
             return None
@@ -175,7 +175,7 @@ class Toolbox:
 
     def call(self, name: str, arguments: dict) -> dict:
         """Run tool `name`; unknown tool, bad arguments or a refusal -> {"ok": False, "error": reason}."""
-        schema = next((s for s in self.TOOLS if s["name"] == name), None)
+        schema = schema_of(name, self.TOOLS)
         if schema is None:
             return {"ok": False, "error": f"Unknown tool {name!r}; tools: {', '.join(s['name'] for s in self.TOOLS)}."}
         if not isinstance(arguments, dict):

@@ -22,7 +22,7 @@ from app.agent.courtesy import courtesy_parts
 from app.agent.held import named_alone
 from app.agent.protocol import TOOL_CALL_OPEN, parse_tool_calls
 from app.agent.history import latest_words, question_before
-from app.agent.said import SAID, Said, description_words, is_free, rests_on, unsaid
+from app.agent.said import SAID, Said, description_words, is_free, properties_of, rests_on, unsaid
 from app.agent.words import SENTENCE_WORDS, name_words
 
 log = logging.getLogger(__name__)
@@ -247,7 +247,7 @@ class Weighed:
         if not settled or settled[0][0] != name:
             return None, seconds
         _, arguments, missing = settled[0]
-        properties = next(s for s in schemas if s["name"] == name)["parameters"].get("properties", {})
+        properties = properties_of(name, schemas)
         if missing:  # then it is answered with a question for the rest, when the latest words give a name or service
             arguments = {k: v for k, v in arguments.items() if is_free(properties.get(k, {}))}
         last = latest_words(messages)

@@ -6,7 +6,7 @@ from datetime import date, datetime, time, timedelta
 
 from app.agent.profile import WEEKDAYS, Profile, Service
 from app.agent.protocol import format_tool_call, tool_message
-from app.agent.said import lacking, missing_result
+from app.agent.said import lacking, missing_result, schema_of
 from app.agent.store import open_store
 from app.agent.tools import Toolbox
 from app.training.dialogues import businesses, phrases, variants
@@ -187,7 +187,7 @@ class Script:
         toolbox refuses a detail it has (Toolbox.refusal: a service not offered, a closed day), with that refusal,
         which the agent says instead of asking (app.agent.loop.Agent._lacking_result). -> the refusal, or None."""
         if self.ask_by_call:
-            schema = next(s for s in self.toolbox.schemas() if s["name"] == tool)
+            schema = schema_of(tool, self.toolbox.schemas())
             refused = self.toolbox.refusal(tool, known)
             self.dialogue.messages.append({"role": "assistant", "content": format_tool_call(tool, known)})
             self.dialogue.messages.append(tool_message(tool, refused or missing_result(lacking(schema, known))))
