@@ -126,11 +126,18 @@ class Toolbox:
     def _check_free(self, start: datetime, service: Service | None) -> None:
         """Refusal unless `service` (else the shortest) fits in opening hours at `start`, later than now, with
         nothing booked in its way."""
-        duration = service.duration_min if service else min(s.duration_min for s in self.profile.services)
+        duration = service.duration_min if service else self._shortest_min()
         self._check_slot(start, duration)
-        end = start + timedelta(minutes=duration)
-        if any(a.start < end and start < a.end for a in self.store.on_date(start.date())):
+        if self._overlaps(start, duration):
             raise self._taken(start, duration)
+
+    def _shortest_min(self) -> int:
+        return min(s.duration_min for s in self.profile.services)
+
+    def _overlaps(self, start: datetime, duration_min: int) -> bool:
+        """Whether an appointment on the book runs into `duration_min` minutes from `start`."""
+        end = start + timedelta(minutes=duration_min)
+        return any(a.start < end and start < a.end for a in self.store.on_date(start.date()))
 
     def _taken(self, start: datetime, duration_min: int) -> Refusal:
         """The refusal of a slot someone else holds, with the nearest free times."""
@@ -291,7 +298,7 @@ class Toolbox:
 
     def _check_availability(self, day: str, time: str | None = None) -> dict:
         d = self._day(day)
-        shortest = min(s.duration_min for s in self.profile.services)
+        shortest = self._shortest_min()
         if time is None:
             free = self._free_ranges(d, shortest)
             closes = datetime.combine(d, self._hours_on(d)[1])
@@ -301,7 +308,7 @@ class Toolbox:
             return {"day": date_text(d), "free": _join(free) if free else "nothing"}
         start = datetime.combine(d, parse_time(time))
         self._check_slot(start, shortest)
-        taken = any(a.start < start + timedelta(minutes=shortest) and start < a.end for a in self.store.on_date(d))
+        taken = self._overlaps(start, shortest)
         result = {"when": when_text(start), "available": not taken}
         if taken:
             result["free"] = self._nearest_text(start, shortest) or "nothing"

@@ -2,6 +2,7 @@
 import re
 from datetime import datetime, time, timedelta
 
+from app.agent.days import parse_time
 from app.agent.profile import WEEKDAYS
 from app.training.dialogues import templates as T
 from app.training.dialogues.replies import ASK_DAY, ASK_NAME, ASK_OTHER_NAME, ASK_SERVICE, ask_time
@@ -128,7 +129,7 @@ def ask_missing(s: Script, slots: dict, given: set, args: dict) -> bool:
                 if not changes or not changed(s, args, refused["error"]):
                     return False  # nothing (more) the caller can change here: the refusal ends the request
                 slots["day"] = args["day"]
-                slots["time"] = slots["time"].replace(hour=int(args["time"][:2]), minute=int(args["time"][3:]))
+                slots["time"] = datetime.combine(slots["time"].date(), parse_time(args["time"]))
                 continue
             if slot == "service":
                 s.user(s.pick(T.ANSWER_SERVICE).format(service=slots["service"]), "book")
@@ -157,19 +158,15 @@ def another_person(s: Script, args: dict) -> None:
     if " " in args["name"] and " " not in name and s.rng.random() < 0.6:
         name = f"{name} {args['name'].split()[-1]}"  # family
     other = dict(args, name=name)
+    unnamed = lambda: {k: v for k, v in other.items() if k != "name"}  # noqa: E731 (the booking as known so far)
     r = s.rng.random()
     if r < 0.45:
         s.user(s.pick(T.SECOND_SAME).format(who=who, name=name), "book")
     elif r < 0.6:
         s.user(s.pick(T.SECOND_NO_NAME).format(who=who), "book")
-        refused = s.ask(ASK_OTHER_NAME, "book_appointment", {k: v for k, v in other.items() if k != "name"})
+        refused = s.ask(ASK_OTHER_NAME, "book_appointment", unnamed())
         if refused is not None:  # the time is the first caller's now: the front desk says so before the name
-            start = offered_time(s, refused["error"], other)
-            if start is None:
-                return
-            other["time"] = start.strftime("%H:%M")
-            s.user(s.pick(T.ALTERNATIVE_FOR).format(time=s.say_time(start), them=them), "book")
-            if s.ask(ASK_OTHER_NAME, "book_appointment", {k: v for k, v in other.items() if k != "name"}):
+            if not moved_for(s, refused["error"], other, them) or s.ask(ASK_OTHER_NAME, "book_appointment", unnamed()):
                 return
         s.user(s.pick(T.ANSWER_NAME).format(name=s.said_name(name)), "book")
     else:
@@ -185,12 +182,19 @@ def another_person(s: Script, args: dict) -> None:
         other["time"] = start.strftime("%H:%M")
         s.user(template.format(who=who, name=name, time=s.say_time(start.time()), service=service_said), "book")
     result = s.call("book_appointment", other)
-    if not result["ok"] and "nearest" in result["error"]:
-        start = offered_time(s, result["error"], other)
-        if start is None:
-            return
-        s.user(s.pick(T.ALTERNATIVE_FOR).format(time=s.say_time(start), them=them), "book")
-        s.call("book_appointment", dict(other, time=start.strftime("%H:%M")))
+    if not result["ok"] and "nearest" in result["error"] and moved_for(s, result["error"], other, them):
+        s.call("book_appointment", other)
+
+
+def moved_for(s: Script, error: str, other: dict, them: str) -> bool:
+    """Someone else's booking refused its time: the caller takes one of the times offered for them (in `other`);
+    False when there is none to take."""
+    start = offered_time(s, error, other)
+    if start is None:
+        return False
+    other["time"] = start.strftime("%H:%M")
+    s.user(s.pick(T.ALTERNATIVE_FOR).format(time=s.say_time(start), them=them), "book")
+    return True
 
 
 def changed(s: Script, args: dict, error: str) -> bool:
