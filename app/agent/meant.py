@@ -31,6 +31,10 @@ PROBE_TOKENS = 16       # the most tokens a probe writes for one value (a name o
 # "Tuesday", "Could") up to 0.38. Taking every probed value, the salon made 5 calls where none was needed.
 PROBED_SHARE = 0.5
 UNMEANT_SHARE = 0.02  # below this share of the model's probability on what the grammar allowed, a value was forced
+# A value the toolbox refuses (a service the business does not offer) is the caller's request only when the model
+# meant it: below this share, it is dropped as unmeant too, and the call asks for that detail instead of refusing
+# it ("and my wife wants one too, same time" gave the service "wife-wants" at 0.02005: "We don't offer wife-wants").
+DOUBTED_SHARE = 0.1
 _STRING_PAIR = re.compile(r'"((?:[^"\\]|\\.)*)"\s*:\s*"((?:[^"\\]|\\.)*)"')
 
 
@@ -106,14 +110,15 @@ class CallCheck:
         if self.options.cache != "block":
             return [(name, arguments, []) for name, arguments in calls]
         schemas = self.toolbox.schemas()
-        forced = self._unmeant(gen, schemas)
-        if len(forced) != len(calls):  # an unfinished call (parse_tool_calls's last) is not in the text's calls
-            forced = forced + [set()] * (len(calls) - len(forced))
+        least = self._least_shares(gen, schemas)
+        if len(least) != len(calls):  # an unfinished call (parse_tool_calls's last) is not in the text's calls
+            least = least + [{}] * (len(calls) - len(least))
         out = []
-        for (name, arguments), drop in zip(calls, forced):
+        for (name, arguments), shares in zip(calls, least):
             if not name:
                 out.append((name, arguments, []))
                 continue
+            drop = self._unmeant(name, arguments, shares)
             # NOTE: a service the caller's latest words name is held to them (`held`), so the model, which meant
             # another ("Just a styling please." after a refused "eyelash extensions": 98.7% on "ey"), is forced
             # to it; that value is said now, not unmeant: dropped, the booking asked "what service?" again. So is
@@ -239,9 +244,9 @@ class CallCheck:
         offsets = [len(tokenizer.decode(gen.ids[:i], skip_special_tokens=True)) for i in range(len(gen.ids))]
         return probed_value(gen.text, start, offsets, gen.shares)
 
-    def _unmeant(self, gen, schemas: list[dict]) -> list[set[str]]:
-        """Per call of `gen`, the free arguments whose value the grammar forced on the model (a share below
-        UNMEANT_SHARE: `free_shares`); nothing for a generation that does not say its shares."""
+    def _least_shares(self, gen, schemas: list[dict]) -> list[dict[str, float]]:
+        """Per call of `gen`, its free arguments' least shares of the model's probability (`free_shares`); nothing
+        for a generation that does not say its shares."""
         shares, ids = getattr(gen, "shares", None), getattr(gen, "ids", None)
         if not shares or not ids or len(shares) != len(ids) or TOOL_CALL_OPEN not in gen.text:
             return []
@@ -249,11 +254,17 @@ class CallCheck:
         offsets = [len(decode(ids[:i], skip_special_tokens=True)) for i in range(len(ids))]
         least = free_shares(gen.text, offsets, shares, schemas)
         log.debug("the free values' least shares: %s in %r", least, gen.text)
-        forced = [{k for k, share in call.items() if share < UNMEANT_SHARE} for call in least]
-        for drop, call in zip(forced, least):
-            if drop:
-                log.info("the grammar forced %s on the model",
-                         ", ".join(f"{k} (share {call[k]:.4f})" for k in sorted(drop)))
+        return least
+
+    def _unmeant(self, name: str, arguments: dict, shares: dict[str, float]) -> set[str]:
+        """The free arguments of a call of tool `name` whose value the grammar forced on the model: a share below
+        UNMEANT_SHARE, or below DOUBTED_SHARE for a value the toolbox refuses (`Toolbox.refusal`)."""
+        refusal = getattr(self.toolbox, "refusal", None)
+        forced = {k for k, share in shares.items() if share < UNMEANT_SHARE or share < DOUBTED_SHARE
+                  and refusal is not None and refusal(name, {k: arguments.get(k)}) is not None}
+        if forced:
+            log.info("the grammar forced %s on the model",
+                     ", ".join(f"{k} (share {shares[k]:.4f})" for k in sorted(forced)))
         return forced
 
     def made_up(self, calls: list[tuple[str, dict]], settled, messages: list[dict]) -> bool:

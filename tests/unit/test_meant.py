@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from app.agent.meant import UNMEANT_SHARE, free_shares
+from app.agent.meant import DOUBTED_SHARE, UNMEANT_SHARE, free_shares
 from app.agent.protocol import format_tool_call
 from app.agent.schemas import SCHEMAS
 from tests.scripted_agent import scripted_agent
@@ -24,16 +24,16 @@ def _forced(text: str, value: str, share: float = 0.004, key: str = "service") -
     return [share if i == at else 1.0 for i in range(len(text))]
 
 
-def _forcing(engine, call: str, value: str, key: str = "service") -> None:
+def _forcing(engine, call: str, value: str, key: str = "service", share: float = 0.004) -> None:
     """Make the fake `engine` say its shares per character (`_Chars`), `value` forced where it writes `call`
-    (`_forced`, after `key`) and every other token the model's own choice."""
+    (`_forced`, after `key`, with `share`) and every other token the model's own choice."""
     engine.tokenizer = _Chars()
     generate = engine.generate
 
     def with_shares(messages, **kwargs):
         gen = generate(messages, **kwargs)
         gen.ids = [ord(c) for c in gen.text]
-        gen.shares = _forced(gen.text, value, key=key) if gen.text == call else [1.0] * len(gen.text)
+        gen.shares = _forced(gen.text, value, share, key) if gen.text == call else [1.0] * len(gen.text)
         return gen
     engine.generate = with_shares
 
@@ -80,6 +80,34 @@ def test_a_service_the_grammar_forced_on_the_model_is_asked_for_not_booked():
         "name": "Victor", "day": "wednesday", "time": "10:30"})  # held: the service left out
     assert json.loads(agent.messages[2]["content"])["result"]["missing"] == ["service"]
     assert agent.toolbox.store.for_name("Victor") == []
+
+
+@pytest.mark.parametrize("share", [UNMEANT_SHARE, (UNMEANT_SHARE + DOUBTED_SHARE) / 2, DOUBTED_SHARE])
+def test_a_value_the_business_refuses_is_refused_only_where_the_model_meant_it(share):
+    """"and my wife wants one too, same time, Leila Haddad": the model wrote the service "wife-wants" with 0.02005
+    of its probability, and the caller heard "We don't offer wife-wants". A value the toolbox refuses is dropped
+    below DOUBTED_SHARE, and the caller is asked for the service; the model's own "eyelash extensions" (0.72-0.99
+    in the held-out calls) is refused. A value the business takes is held to UNMEANT_SHARE alone: a name the
+    model wrote with as little is booked."""
+    wife = format_tool_call("book_appointment", {"name": "Leila Haddad", "day": "wednesday", "time": "10:30",
+                                                 "service": "wife-wants"})
+    question, sorry = "Sure, what service would you like?", "I'm sorry, we don't offer that."
+    agent, engine = scripted_agent([wife, question if share < DOUBTED_SHARE else sorry])
+    _forcing(engine, wife, "wife-wants", share=share)
+    turn = agent.respond("and my wife wants one too, Wednesday at 10:30, Leila Haddad")
+    if share < DOUBTED_SHARE:
+        assert turn.tool_calls == [] and turn.reply == question
+        assert json.loads(agent.messages[2]["content"])["result"]["missing"] == ["service"]
+    else:
+        assert [c.result["ok"] for c in turn.tool_calls] == [False] and turn.reply == sorry
+        assert "We don't offer wife-wants" in turn.tool_calls[0].result["error"]
+
+    booking = format_tool_call("book_appointment", {"name": "Leila Haddad", "day": "wednesday", "time": "10:30",
+                                                    "service": "haircut"})
+    agent, engine = scripted_agent([booking, "You're all set."])
+    _forcing(engine, booking, "Leila Haddad", key="name", share=share)
+    agent.respond("a haircut Wednesday at 10:30, Leila Haddad")
+    assert [a.service for a in agent.toolbox.store.for_name("Leila Haddad")] == ["haircut"]
 
 
 def test_the_only_service_the_caller_named_is_theirs_even_where_the_grammar_forced_it():
