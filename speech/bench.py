@@ -162,10 +162,15 @@ def bench_endpoint(llm_model: str = "llm/weights/parley-smollm2") -> None:
     import torch
 
     import llm
-    from app.pipeline.services import asr_threads, idle_speech_threads   # deferred: nor app; serve's threads
-    from app.pipeline.session import SessionOptions   # deferred too: where a lone caller's draft starts
+    from app.agent.profile import load_profile   # deferred: nor app; the business whose words Whisper expects
+    from app.agent.prompt import recognizer_prompt   # deferred too: those words, as serve gives them to Whisper
+    from app.pipeline.services import asr_threads, idle_speech_threads   # serve's threads
+    from app.pipeline.session import SessionOptions   # where a lone caller's draft starts
 
-    synth, asr = Synthesizer(varied=False), Transcriber(AsrOptions(cpu_threads=asr_threads()))
+    # the recognizer `parley serve` has (the default business's words as Whisper's prompt), and one without them
+    synth = Synthesizer(varied=False)
+    asr = Transcriber(AsrOptions(cpu_threads=asr_threads(), prompt=recognizer_prompt(load_profile())))
+    plain = Transcriber(AsrOptions(cpu_threads=asr_threads()))
     try:
         smart = SmartTurn()
     except FileNotFoundError as exc:   # an optional row: its model comes from a package Parley does not need
@@ -178,7 +183,7 @@ def bench_endpoint(llm_model: str = "llm/weights/parley-smollm2") -> None:
     cases = endpoint_set.build(synth)
     # the signals are asked where a draft starts in a process with nothing else to do (a lone caller)
     ask_ms = SessionOptions().speculate_idle_ms
-    checks = [_endpoint_checks(case, asr, smart, engine, ask_ms) for case in cases]
+    checks = [_endpoint_checks(case, asr, plain, smart, engine, ask_ms) for case in cases]
     voices = sorted({c.voice for c in cases})
     print(f"{len(cases)} turns: {len(endpoint_set.COMPLETE)} complete and {len(endpoint_set.PAUSED)} paused "
           f"(pauses {endpoint_set.PAUSES_MS} ms) x voices {voices} x SNR {endpoint_set.SNRS_DB} dB")
@@ -190,11 +195,13 @@ def bench_endpoint(llm_model: str = "llm/weights/parley-smollm2") -> None:
     policies = {
         "fixed 600 ms VAD (today)": lambda c: VadConfig().silence_ms,
         "LM (transcript)": lambda c: LM_POLICY.wait_ms(c["lm"]),
+        "LM, Whisper unprompted": lambda c: LM_POLICY.wait_ms(c["lm_plain"]),
         "Smart Turn (audio)": lambda c: SMART_TURN_POLICY.wait_ms(c["smart"]),
         "LM and Smart Turn agree": lambda c: max(LM_POLICY.wait_ms(c["lm"]), SMART_TURN_POLICY.wait_ms(c["smart"])),
         "LM or Smart Turn": lambda c: min(LM_POLICY.wait_ms(c["lm"]), SMART_TURN_POLICY.wait_ms(c["smart"])),
     }
     cost = {"fixed 600 ms VAD (today)": lambda c: 0.0, "LM (transcript)": lambda c: c["asr_ms"] + c["lm_ms"],
+            "LM, Whisper unprompted": lambda c: c["plain_asr_ms"] + c["plain_lm_ms"],
             "Smart Turn (audio)": lambda c: c["smart_ms"]}
     cost["LM and Smart Turn agree"] = cost["LM or Smart Turn"] = lambda c: c["asr_ms"] + c["lm_ms"] + c["smart_ms"]
     print(f"{'policy':<28} {'wait ms':>8} {'p90':>6} {'free':>6} {'cut%':>6} {'split%':>7} {'ms':>6}   cut% by pause "
@@ -214,9 +221,9 @@ def bench_endpoint(llm_model: str = "llm/weights/parley-smollm2") -> None:
                                 cost[name], ask_ms))
 
 
-def _endpoint_checks(case, asr, smart, engine, ask_ms: int) -> list[dict]:
-    """Every point of the turn where the silence reached ask_ms: the signals there, and how long that
-    silence really lasted (until speech resumed; the last one has no end)."""
+def _endpoint_checks(case, asr, plain, smart, engine, ask_ms: int) -> list[dict]:
+    """Every point of the turn where the silence reached ask_ms: the signals there (the LM's on what `asr` and
+    `plain` wrote), and how long that silence really lasted (until speech resumed; the last one has no end)."""
     config = VadConfig(silence_ms=LM_POLICY.max_silence_ms + 100)
     detector, checks, silence_ms = TurnDetector(config), [], 0.0
     for frame in frames(case.audio):
@@ -233,9 +240,13 @@ def _endpoint_checks(case, asr, smart, engine, ask_ms: int) -> list[dict]:
             audio = detector.endpoint_audio()
             text, asr_ms = _timed(asr.transcribe, audio)
             lm, lm_ms = _timed(engine.end_of_turn_probability, text) if text.strip() else (0.0, 0.0)
+            plain_text, plain_asr_ms = _timed(plain.transcribe, audio)
+            plain_lm, plain_lm_ms = (_timed(engine.end_of_turn_probability, plain_text) if plain_text.strip()
+                                     else (0.0, 0.0))
             p_smart, smart_ms = _timed(smart.probability, audio) if smart is not None else (0.0, 0.0)
             silence_start_ms = detector.time_ms - detector.trailing_silence_ms
             checks.append({"lm": lm, "smart": p_smart, "asr_ms": asr_ms, "lm_ms": lm_ms, "smart_ms": smart_ms,
+                           "lm_plain": plain_lm, "plain_asr_ms": plain_asr_ms, "plain_lm_ms": plain_lm_ms,
                            "text": text, "silence_ms": float("inf"), "open": True,
                            "final": silence_start_ms >= case.end_ms - 150})   # (a soft last syllable)
     return checks
