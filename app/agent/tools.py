@@ -6,16 +6,15 @@ caller, so a reply grounded in a result can copy them word for word.
 import copy
 import json
 import logging
-import math
 import sqlite3
-from datetime import date, datetime, time, timedelta
+from datetime import date, datetime, timedelta
 from typing import Callable
 
-from app.agent.days import (DAYS, Refusal, date_text, parse_time, resolve_day, time_text,
-                            when_text)
+from app.agent.days import DAYS, Refusal, date_text, parse_time, resolve_day, time_text, when_text
 from app.agent.profile import WEEKDAYS, Profile, Service
 from app.agent.said import lacking, named_service, properties_of, schema_of
 from app.agent.schemas import SCHEMAS, TOPICS
+from app.agent.slots import Slots, spoken_list
 from app.agent.store import Appointment, Store, UnwrittenStore
 from app.agent.words import holds, name_words
 
@@ -23,15 +22,10 @@ log = logging.getLogger(__name__)
 
 # what the model reads when the appointments file fails (read-only, disk full): nothing was changed
 STORE_DOWN = "The appointment book cannot be reached right now, so nothing was changed. Please call back later."
-SLOT_MIN = 30  # availability is offered on this grid, in minutes
 
 
 def _given(value) -> bool:
     return isinstance(value, str) and bool(value.strip())
-
-
-def _join(items: list[str]) -> str:
-    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
 
 
 class Toolbox:
@@ -116,34 +110,12 @@ class Toolbox:
             offered = self._service(service) if "service" in properties and _given(service) else None
             if name in self.SLOTTED and _given(day):
                 d = self._day(day)
-                self._hours_on(d)
+                self.slots.hours_on(d)
                 if _given(at):
-                    self._check_free(datetime.combine(d, parse_time(at)), offered)
+                    self.slots.check_free(datetime.combine(d, parse_time(at)), offered)
         except Refusal as exc:
             return {"ok": False, "error": str(exc)}
         return None
-
-    def _check_free(self, start: datetime, service: Service | None) -> None:
-        """Refusal unless `service` (else the shortest) fits in opening hours at `start`, later than now, with
-        nothing booked in its way."""
-        duration = service.duration_min if service else self._shortest_min()
-        self._check_slot(start, duration)
-        if self._overlaps(start, duration):
-            raise self._taken(start, duration)
-
-    def _shortest_min(self) -> int:
-        return min(s.duration_min for s in self.profile.services)
-
-    def _overlaps(self, start: datetime, duration_min: int) -> bool:
-        """Whether an appointment on the book runs into `duration_min` minutes from `start`."""
-        end = start + timedelta(minutes=duration_min)
-        return any(a.start < end and start < a.end for a in self.store.on_date(start.date()))
-
-    def _taken(self, start: datetime, duration_min: int) -> Refusal:
-        """The refusal of a slot someone else holds, with the nearest free times."""
-        nearest = self._nearest_text(start, duration_min)
-        return Refusal(f"{when_text(start)} is already taken. The nearest free times are {nearest}." if nearest
-                       else f"{when_text(start)} is already taken, and that day is fully booked.")
 
     def choices(self, name: str, arguments: dict, missing: list[str]) -> tuple[str, dict] | None:
         """The look-up that lists what the caller may choose from for the first detail a call of tool `name`
@@ -175,6 +147,11 @@ class Toolbox:
             return d + timedelta(days=7)
         return d
 
+    @property
+    def slots(self) -> Slots:
+        """The appointment book as times, read from this toolbox's store (a preview's own)."""
+        return Slots(self.profile, self.store, self.now)
+
     def now(self) -> datetime:
         """Naive local wall-clock time of the business."""
         now = self._now()
@@ -193,7 +170,7 @@ class Toolbox:
         if unknown:
             return {"ok": False, "error": f"{name} takes no argument {sorted(unknown)[0]!r}."}
         if missing:
-            return {"ok": False, "error": f"{name} needs the {_join(missing)}."}
+            return {"ok": False, "error": f"{name} needs the {spoken_list(missing)}."}
         args = {k: v for k, v in arguments.items() if v not in (None, "")}
         if any(not isinstance(v, str) for v in args.values()):
             return {"ok": False, "error": f"{name} takes text arguments."}
@@ -210,50 +187,9 @@ class Toolbox:
     def _service(self, name: str) -> Service:
         service = named_service(self.profile, name)
         if service is None:
-            offered = _join([s.name for s in self.profile.services])
+            offered = spoken_list([s.name for s in self.profile.services])
             raise Refusal(f"We don't offer {name.strip().lower()}. We offer {offered}.")
         return service
-
-    def _hours_on(self, d: date) -> tuple[time, time]:
-        hours = self.profile.hours[WEEKDAYS[d.weekday()]]
-        if hours is None:
-            raise Refusal(f"We're closed on {d.strftime('%A')}s.")
-        return hours
-
-    def _check_slot(self, start: datetime, duration_min: int) -> None:
-        opens, closes = self._hours_on(start.date())
-        end = start + timedelta(minutes=duration_min)
-        if start.time() < opens or end > datetime.combine(start.date(), closes):
-            raise Refusal(f"On {start.strftime('%A')} we're open {time_text(opens)} to {time_text(closes)}.")
-        if start < self.now():
-            raise Refusal(f"{when_text(start)} has already passed.")
-
-    def _free_starts(self, d: date, duration_min: int) -> list[datetime]:
-        """Start times on the slot grid where `duration_min` fits in opening hours, later than now, unbooked."""
-        opens, closes = self._hours_on(d)
-        booked = self.store.on_date(d)
-        t, last = datetime.combine(d, opens), datetime.combine(d, closes) - timedelta(minutes=duration_min)
-        free = []
-        while t <= last:
-            end = t + timedelta(minutes=duration_min)
-            if t >= self.now() and not any(a.start < end and t < a.end for a in booked):
-                free.append(t)
-            t += timedelta(minutes=SLOT_MIN)
-        return free
-
-    def _free_ranges(self, d: date, min_length_min: int) -> list[str]:
-        """Unbooked stretches of opening hours on `d` from now on, at least `min_length_min` long: '9:00 AM to 11:00 AM'."""
-        opens, closes = self._hours_on(d)
-        t, close = datetime.combine(d, opens), datetime.combine(d, closes)
-        if t < self.now():  # from the first grid point not before now
-            t += timedelta(minutes=math.ceil((self.now() - t).total_seconds() / 60 / SLOT_MIN) * SLOT_MIN)
-        ranges = []
-        for a in self.store.on_date(d) + [Appointment(0, "", "", close, 0)]:
-            end = min(a.start, close)
-            if end - t >= timedelta(minutes=min_length_min):
-                ranges.append(f"{time_text(t.time())} to {time_text(end.time())}")
-            t = max(t, a.end)
-        return ranges
 
     # -- tools (arguments already checked against the schema) -----------------------------------------------
 
@@ -273,13 +209,13 @@ class Toolbox:
             return {"phone": p.phone}
         if topic == "services":
             asked = named_service(p, service) if service else None   # first: the reply names it first
-            return {"services": _join([s.name for s in sorted(p.services, key=lambda s: s != asked)])}
+            return {"services": spoken_list([s.name for s in sorted(p.services, key=lambda s: s != asked)])}
         if topic == "prices":
             if service:
                 s = self._service(service)
                 return {"service": s.name, "price": p.price_text(s), "duration": f"{s.duration_min} minutes"}
-            return {"prices": _join([f"{s.name} {p.price_text(s)}" for s in p.services])}
-        raise Refusal(f"I can tell you about {_join(list(TOPICS))}, not {topic!r}.")
+            return {"prices": spoken_list([f"{s.name} {p.price_text(s)}" for s in p.services])}
+        raise Refusal(f"I can tell you about {spoken_list(list(TOPICS))}, not {topic!r}.")
 
     def _week_hours_text(self) -> str:
         """'Tuesday to Wednesday 9:00 AM to 6:00 PM, ...; closed Sunday and Monday': days with equal hours grouped."""
@@ -294,29 +230,25 @@ class Toolbox:
                 groups.append([day, day, hours])
         parts = [(a.capitalize() if a == b else f"{a.capitalize()} to {b.capitalize()}")
                  + f" {time_text(h[0])} to {time_text(h[1])}" for a, b, h in groups]
-        return ", ".join(parts) + (f"; closed {_join(closed)}" if closed else "")
+        return ", ".join(parts) + (f"; closed {spoken_list(closed)}" if closed else "")
 
     def _check_availability(self, day: str, time: str | None = None) -> dict:
-        d = self._day(day)
-        shortest = self._shortest_min()
+        d, slots = self._day(day), self.slots
+        shortest = slots.shortest_min()
         if time is None:
-            free = self._free_ranges(d, shortest)
-            closes = datetime.combine(d, self._hours_on(d)[1])
+            free = slots.free_ranges(d, shortest)
+            closes = datetime.combine(d, slots.hours_on(d)[1])
             if not free and self.now() > closes - timedelta(minutes=shortest):
                 # not "fully booked": the day is over ("anything open Friday afternoon?" at 8:30 PM on Friday)
                 raise Refusal("We're closed for the rest of today.")
-            return {"day": date_text(d), "free": _join(free) if free else "nothing"}
+            return {"day": date_text(d), "free": spoken_list(free) if free else "nothing"}
         start = datetime.combine(d, parse_time(time))
-        self._check_slot(start, shortest)
-        taken = self._overlaps(start, shortest)
+        slots.check_slot(start, shortest)
+        taken = slots.overlaps(start, shortest)
         result = {"when": when_text(start), "available": not taken}
         if taken:
-            result["free"] = self._nearest_text(start, shortest) or "nothing"
+            result["free"] = slots.nearest_text(start, shortest) or "nothing"
         return result
-
-    def _nearest_text(self, start: datetime, duration_min: int) -> str:
-        free = sorted(self._free_starts(start.date(), duration_min), key=lambda t: abs(t - start))[:2]
-        return _join([time_text(t.time()) for t in sorted(free)]) if free else ""
 
     def _book_appointment(self, name: str, day: str, time: str, service: str) -> dict:
         """A booking; one that names the service a caller already has upcoming, once, under the same name (case and
@@ -325,7 +257,7 @@ class Toolbox:
         booking they have."""
         s = self._service(service)
         start = datetime.combine(self._day(day), parse_time(time))
-        self._check_slot(start, s.duration_min)
+        self.slots.check_slot(start, s.duration_min)
         booked, found = self._booked(name, whole=True)
         same = [a for a in found if a.service == s.name]
         try:
@@ -335,7 +267,7 @@ class Toolbox:
                 self.store.add(name, s.name, start, s.duration_min)
                 booked = name.strip()
         except ValueError:
-            raise self._taken(start, s.duration_min) from None
+            raise self.slots.taken(start, s.duration_min) from None
         return {"name": booked, "service": s.name, "when": when_text(start), "price": self.profile.price_text(s)}
 
     def _booked(self, name: str, whole: bool = False) -> tuple[str, list[Appointment]]:
@@ -376,7 +308,8 @@ class Toolbox:
             at_text = f" at {time_text(at)}" if at is not None else ""
             raise Refusal(f"There is no appointment under {name}{on}{at_text}.")
         if len(found) > 1:
-            raise Refusal(f"{name} has {len(found)} appointments: {_join([_appointment_text(a) for a in found])}.")
+            listed = spoken_list([_appointment_text(a) for a in found])
+            raise Refusal(f"{name} has {len(found)} appointments: {listed}.")
         self.store.remove(found[0].id)
         return {"name": name, "cancelled": _appointment_text(found[0])}
 
