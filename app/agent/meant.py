@@ -118,7 +118,8 @@ class CallCheck:
             if not name:
                 out.append((name, arguments, []))
                 continue
-            drop = self._unmeant(name, arguments, shares)
+            drop = self._unmeant(name, arguments, shares) | self._reached_back(name, arguments, shares, messages,
+                                                                                schemas)
             # NOTE: a service the caller's latest words name is held to them (`held`), so the model, which meant
             # another ("Just a styling please." after a refused "eyelash extensions": 98.7% on "ey"), is forced
             # to it; that value is said now, not unmeant: dropped, the booking asked "what service?" again. So is
@@ -149,6 +150,26 @@ class CallCheck:
             kept = fullest(name, kept, schemas, messages)
             canonical = getattr(self.toolbox, "canonical", None)
             out.append((name, canonical(kept) if canonical else kept, missing))
+        return out
+
+    def _reached_back(self, name: str, arguments: dict, shares: dict[str, float], messages: list[dict],
+                      schemas: list[dict]) -> set[str]:
+        """The details of a call of tool `name` that the agent asked for, which the caller's answer does not say,
+        written from words said before the question with less than PROBED_SHARE of the model's probability and
+        given to no earlier call (`known`): a probe would not have taken them either. Asked for a name after "a
+        beard trim Thursday at 5.45 PM", the answer misheard ("They'll, they'll knock em' your arm."), the model
+        wrote the name "PM" (0.09) and the trim was booked under it."""
+        last = latest_words(messages)
+        if not last:
+            return set()
+        said_last = Said([last], self.toolbox.profile)
+        asked = asked_for(messages, schemas, callers_own_runs(messages), said_last, times_answered(messages, schemas))
+        out = {k for k in asked.get(name, ()) if k in shares and shares[k] < PROBED_SHARE
+               and isinstance(arguments.get(k), str) and not said_last.says(arguments[k])
+               and name_words(arguments[k]) not in {name_words(v) for v in known(messages, k)}}
+        if out:
+            log.info("reached back before the question for %s", ", ".join(f"{k}={arguments[k]!r} (share "
+                                                                         f"{shares[k]:.4f})" for k in sorted(out)))
         return out
 
     def _answered_with(self, name: str, key: str, value: str, messages: list[dict], schemas: list[dict]) -> bool:

@@ -4,8 +4,9 @@ import json
 
 import pytest
 
-from app.agent.meant import DOUBTED_SHARE, UNMEANT_SHARE, free_shares
-from app.agent.protocol import format_tool_call
+from app.agent.meant import DOUBTED_SHARE, PROBED_SHARE, UNMEANT_SHARE, free_shares
+from app.agent.protocol import format_tool_call, tool_message
+from app.agent.said import missing_result
 from app.agent.schemas import SCHEMAS
 from tests.scripted_agent import scripted_agent
 
@@ -108,6 +109,31 @@ def test_a_value_the_business_refuses_is_refused_only_where_the_model_meant_it(s
     _forcing(engine, booking, "Leila Haddad", key="name", share=share)
     agent.respond("a haircut Wednesday at 10:30, Leila Haddad")
     assert [a.service for a in agent.toolbox.store.for_name("Leila Haddad")] == ["haircut"]
+
+
+@pytest.mark.parametrize("answer, name, share, booked", [
+    ("They'll, they'll knock em' your arm.", "PM", 0.09, False),     # misheard; "PM" from before the question
+    ("They'll, they'll knock em' your arm.", "PM", PROBED_SHARE, True),   # the model means it: its call
+    ("It's Bill Nakamura.", "Bill Nakamura", 0.09, True),            # the answer says it
+])
+def test_a_detail_asked_for_is_not_taken_from_before_the_question_unless_the_model_means_it(answer, name, share,
+                                                                                          booked):
+    """Asked for a name after "a beard trim Thursday at 5.45 PM", the answer misheard, the model wrote the name
+    "PM" with 0.09 of its probability and the trim was booked under it. A detail the agent asked for and the answer
+    does not say is the call's only where a probe would have taken it (PROBED_SHARE)."""
+    trim = {"day": "thursday", "time": "17:45", "service": "beard trim"}
+    call = format_tool_call("book_appointment", {"name": name} | trim)
+    question = "Can I have your name, please?"
+    agent, engine = scripted_agent([call, "You're all set." if booked else question])
+    _forcing(engine, call, name, key="name", share=share)
+    agent.messages = [{"role": "user", "content": "Could I get a beard trim Thursday at 5.45 PM?"},
+                      {"role": "assistant", "content": format_tool_call("book_appointment", trim)},
+                      tool_message("book_appointment", missing_result(["name"])),
+                      {"role": "assistant", "content": question}]
+    turn = agent.respond(answer)
+    assert [a.service for a in agent.toolbox.store.for_name(name)] == (["beard trim"] if booked else [])
+    if not booked:
+        assert turn.tool_calls == [] and turn.reply == question
 
 
 def test_the_only_service_the_caller_named_is_theirs_even_where_the_grammar_forced_it():
