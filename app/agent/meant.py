@@ -159,17 +159,15 @@ class CallCheck:
         given to no earlier call (`known`): a probe would not have taken them either. Asked for a name after "a
         beard trim Thursday at 5.45 PM", the answer misheard ("They'll, they'll knock em' your arm."), the model
         wrote the name "PM" (0.09) and the trim was booked under it."""
-        last = latest_words(messages)
-        if not last:
+        if not (last := latest_words(messages)):
             return set()
         said_last = Said([last], self.toolbox.profile)
         asked = asked_for(messages, schemas, callers_own_runs(messages), said_last, times_answered(messages, schemas))
         out = {k for k in asked.get(name, ()) if k in shares and shares[k] < PROBED_SHARE
                and isinstance(arguments.get(k), str) and not said_last.says(arguments[k])
                and name_words(arguments[k]) not in {name_words(v) for v in known(messages, k)}}
-        if out:
-            log.info("reached back before the question for %s", ", ".join(f"{k}={arguments[k]!r} (share "
-                                                                         f"{shares[k]:.4f})" for k in sorted(out)))
+        for k in sorted(out):
+            log.info("%s=%r reached back before the question for it (share %.4f)", k, arguments[k], shares[k])
         return out
 
     def _answered_with(self, name: str, key: str, value: str, messages: list[dict], schemas: list[dict]) -> bool:
@@ -283,9 +281,8 @@ class CallCheck:
         refusal = getattr(self.toolbox, "refusal", None)
         forced = {k for k, share in shares.items() if share < UNMEANT_SHARE or share < DOUBTED_SHARE
                   and refusal is not None and refusal(name, {k: arguments.get(k)}) is not None}
-        if forced:
-            log.info("the grammar forced %s on the model",
-                     ", ".join(f"{k} (share {shares[k]:.4f})" for k in sorted(forced)))
+        for k in sorted(forced):
+            log.info("the grammar forced %s on the model (share %.4f)", k, shares[k])
         return forced
 
     def made_up(self, calls: list[tuple[str, dict]], settled, messages: list[dict]) -> bool:
