@@ -159,8 +159,8 @@ class CallCheck:
         given to no earlier call (`known`): a probe would not have taken them either. Asked for a name after "a
         beard trim Thursday at 5.45 PM", the answer misheard ("They'll, they'll knock em' your arm."), the model
         wrote the name "PM" (0.09) and the trim was booked under it."""
-        if not (last := latest_words(messages)):
-            return set()
+        if all(share >= PROBED_SHARE for share in shares.values()) or not (last := latest_words(messages)):
+            return set()   # nothing the model barely meant (most calls): the question is not looked for
         said_last = Said([last], self.toolbox.profile)
         asked = asked_for(messages, schemas, callers_own_runs(messages), said_last, times_answered(messages, schemas))
         out = {k for k in asked.get(name, ()) if k in shares and shares[k] < PROBED_SHARE
