@@ -55,8 +55,7 @@ class Slots:
 
     def overlaps(self, start: datetime, duration_min: int) -> bool:
         """Whether an appointment on the book runs into `duration_min` minutes from `start`."""
-        end = start + timedelta(minutes=duration_min)
-        return any(a.start < end and start < a.end for a in self.store.on_date(start.date()))
+        return _in_way(self.store.on_date(start.date()), start, start + timedelta(minutes=duration_min))
 
     def taken(self, start: datetime, duration_min: int) -> Refusal:
         """The refusal of a slot someone else holds, with the nearest free times."""
@@ -76,8 +75,7 @@ class Slots:
         t, last = datetime.combine(d, opens), datetime.combine(d, closes) - timedelta(minutes=duration_min)
         free = []
         while t <= last:
-            end = t + timedelta(minutes=duration_min)
-            if t >= self.now() and not any(a.start < end and t < a.end for a in booked):
+            if t >= self.now() and not _in_way(booked, t, t + timedelta(minutes=duration_min)):
                 free.append(t)
             t += timedelta(minutes=SLOT_MIN)
         return free
@@ -96,3 +94,8 @@ class Slots:
                 ranges.append(f"{time_text(t.time())} to {time_text(end.time())}")
             t = max(t, a.end)
         return ranges
+
+
+def _in_way(booked: list[Appointment], start: datetime, end: datetime) -> bool:
+    """Whether one of the `booked` appointments runs into the time from `start` to `end`."""
+    return any(a.start < end and start < a.end for a in booked)
