@@ -238,11 +238,8 @@ def _endpoint_checks(case, asr, plain, smart, engine, ask_ms: int) -> list[dict]
                 silence_ms = detector.trailing_silence_ms
         if detector.in_speech and detector.trailing_silence_ms == ask_ms:
             audio = detector.endpoint_audio()
-            text, asr_ms = _timed(asr.transcribe, audio)
-            lm, lm_ms = _timed(engine.end_of_turn_probability, text) if text.strip() else (0.0, 0.0)
-            plain_text, plain_asr_ms = _timed(plain.transcribe, audio)
-            plain_lm, plain_lm_ms = (_timed(engine.end_of_turn_probability, plain_text) if plain_text.strip()
-                                     else (0.0, 0.0))
+            text, lm, asr_ms, lm_ms = _judged(asr, engine, audio)
+            _, plain_lm, plain_asr_ms, plain_lm_ms = _judged(plain, engine, audio)
             p_smart, smart_ms = _timed(smart.probability, audio) if smart is not None else (0.0, 0.0)
             silence_start_ms = detector.time_ms - detector.trailing_silence_ms
             checks.append({"lm": lm, "smart": p_smart, "asr_ms": asr_ms, "lm_ms": lm_ms, "smart_ms": smart_ms,
@@ -250,6 +247,13 @@ def _endpoint_checks(case, asr, plain, smart, engine, ask_ms: int) -> list[dict]
                            "text": text, "silence_ms": float("inf"), "open": True,
                            "final": silence_start_ms >= case.end_ms - 150})   # (a soft last syllable)
     return checks
+
+
+def _judged(asr, engine, audio) -> tuple[str, float, float, float]:
+    """What `asr` wrote of the audio, the LM's P(complete) for it (0 for no words), and the CPU ms of each."""
+    text, asr_ms = _timed(asr.transcribe, audio)
+    lm, lm_ms = _timed(engine.end_of_turn_probability, text) if text.strip() else (0.0, 0.0)
+    return text, lm, asr_ms, lm_ms
 
 
 def _timed(f, *args) -> tuple:
