@@ -4,17 +4,16 @@ and the details it left out but gives when asked (probes).
 The reply grammar holds a call to the details said (app.agent.held.held), so a value the model did not mean may be
 forced on it; the decoder says, per token, the share of the model's probability the grammar allowed, and a free
 value written with almost none of it is dropped as unsaid (`free_shares`, UNMEANT_SHARE). A required detail the
-caller gave and the call left out is probed: the model writes the call again up to it (`probe_prefix`,
-`probed_value`). `CallCheck` applies these to an agent's generations; the calls a turn is made to open with when
+caller gave and the call left out is probed: the model writes the call again up to it
+(app.agent.probes). `CallCheck` applies these to an agent's generations; the calls a turn is made to open with when
 the model weighed them (a courtesy left out, a question answered by a call) are app.agent.weighed's.
 """
-import json
 import logging
 import re
-import threading
 
 from app.agent import schema_grammar
-from app.agent.protocol import TOOL_CALL_OPEN, TOOL_CALL_RE, compact
+from app.agent.probes import probe, probe_prefix
+from app.agent.protocol import TOOL_CALL_OPEN, TOOL_CALL_RE
 from app.agent.held import asked_for, callers_own_runs, fullest, held, known, says_a_value, times_answered
 from app.agent.history import asked_last, latest_words, question_before
 from app.agent.said import (CLOCK_PATTERN, Said, invented, is_free, names_last, names_tool, properties_of, rests_on,
@@ -24,7 +23,6 @@ from app.agent.words import holds, name_words, value_words
 
 log = logging.getLogger(__name__)
 
-PROBE_TOKENS = 16       # the most tokens a probe writes for one value (a name of a few words, a service, a time)
 # A probed value is the call's when the grammar allowed at least this share of the model's probability wherever it
 # was written: a value the model meant, not one forced on it. `parley -v eval --dialogues 60` (salon and bike shop,
 # 2026-12-04): names the callers gave had 0.72-1.0; greetings, days and sentence starts probed as names ("Hiya",
@@ -66,31 +64,6 @@ def free_shares(text: str, offsets: list[int], shares: list[float], schemas: lis
                     least[pair.group(1)] = min(shares[i] for i in tokens)
         out.append(least)
     return out
-
-
-def probe_prefix(name: str, arguments: dict, key: str, schema: dict) -> str:
-    """The start of a call of tool `name` that goes on to argument `key`: its `arguments` that the schema lists
-    before `key` (the grammar's order), then `"key`, for the model to write the rest (`CallCheck._probe`). The key's
-    closing quote is the model's to write: it writes `":"` as one token, and a prompt cut after `":` reads to it
-    as nothing it has seen."""
-    order = list(schema["parameters"].get("properties", {}))
-    before = {k: arguments[k] for k in order[:order.index(key)] if k in arguments}
-    return TOOL_CALL_OPEN + compact({"name": name, "arguments": before})[:-2] + ("," if before else "") + \
-        compact(key)[:-1]
-
-
-def probed_value(text: str, start: int, offsets: list[int], shares: list[float]) -> tuple[str | None, float]:
-    """The JSON string value a probe wrote after the key that ends at character `start` of `text` (its
-    generation's; `offsets[i]` the character where token i starts, `shares[i]` its share of the model's
-    probability the grammar allowed), and the least share over the tokens of the value, quotes included: (None,
-    0.0) when the value did not close."""
-    value = re.match(r'": ?("(?:[^"\\]|\\.)*")', text[start:])  # the grammar allows one space after ":"
-    if value is None:
-        return None, 0.0
-    first, end = start + value.start(1), start + value.end(1)
-    tokens = [i for i, at in enumerate(offsets)
-              if at < end and (offsets[i + 1] if i + 1 < len(offsets) else len(text)) > first]
-    return json.loads(value.group(1)), min((shares[i] for i in tokens), default=0.0)
 
 
 class CallCheck:
@@ -198,7 +171,7 @@ class CallCheck:
         (`written`) while the caller said a value it may take (a name or a service: words of their own; a time: a
         clock time, not the time a tool result gave; a day: one of the schema's; the reply grammar holds it to
         what the conversation said: `held`):
-        the model writes the call again up to that argument (`_probe`), and the value it writes is the call's
+        the model writes the call again up to that argument (app.agent.probes), and the value it writes is the call's
         when it is said and the model meant it (PROBED_SHARE). A model may close a call before details the caller
         gave turns ago ("this is Tyler", then the day, then the time): asking for them again is not what a
         person at a front desk does. An argument the model wrote and `settle` dropped (nobody said it, or the
@@ -213,13 +186,17 @@ class CallCheck:
         callers = [m["content"] for m in messages if m["role"] == "user"]
         said = Said(callers, profile)
         times = set().union(times_answered(messages, schemas), *(times_in(text, clock_only=True) for text in callers))
+        replies = None
         for key in missing:
             values = {"enum", "pattern"} & spec.get(key, {}).keys()  # none: any words (a name, a service)
             if key in written or values and not says_a_value(spec[key], said, times):
                 continue  # written and dropped, or the caller said no value it may take: they have not given it
             confirmed = {name_words(v) for v in known(messages, key)}
             least = UNMEANT_SHARE if confirmed else PROBED_SHARE
-            value, share = self._probe(messages, name, kept, key, schema, spent, least)
+            replies = replies or self.reply_grammar(messages)   # read once a probe is written
+            value, share = (None, 0.0) if replies is None else probe(
+                self.engine, self.options, replies.start(), messages, probe_prefix(name, kept, key, schema), least,
+                spent)
             log.debug("probed %s of %s: %r (share %.4f)", key, name, value, share)
             if value is None or share < (UNMEANT_SHARE if name_words(value) in confirmed else PROBED_SHARE) or any(
                     value_words(value) <= value_words(v) for v in kept.values() if isinstance(v, str)):
@@ -228,40 +205,6 @@ class CallCheck:
             if key in candidate:
                 kept, missing = candidate, lack
         return kept, missing
-
-    def _probe(self, messages: list[dict], name: str, arguments: dict, key: str, schema: dict,
-               spent: list | None, least: float = PROBED_SHARE) -> tuple[str | None, float]:
-        """The value the model writes for argument `key` of a call of tool `name` that begins with `arguments`
-        (`probe_prefix`), under the reply grammar, and the least share of the model's probability
-        the grammar allowed over its tokens (`probed_value`); (None, 0.0) if it wrote none. The probe stops at a
-        token written with less than `least` of it."""
-        replies = self.reply_grammar(messages)
-        if replies is None:
-            return None, 0.0
-        tokenizer, matcher = self.engine.tokenizer, replies.start()
-        ids = tokenizer.encode(probe_prefix(name, arguments, key, schema), add_special_tokens=False).ids
-        if not all(matcher.accept(t) for t in ids):
-            log.debug("a probe of %s: the grammar does not take %r", key, probe_prefix(name, arguments, key, schema))
-            return None, 0.0
-        start = len(tokenizer.decode(ids, skip_special_tokens=True))
-        closed, text = threading.Event(), []
-
-        def on_block(piece: str) -> None:  # stop once the value's closing quote is written
-            text.append(piece)
-            if probed_value("".join(text), start, [], [])[0] is not None:
-                closed.set()
-
-        gen = self.engine.generate(messages, max_new_tokens=len(ids) + PROBE_TOKENS, block_length=1,
-                                   threshold=self.options.threshold, use_cache="block", on_block=on_block,
-                                   cancel=closed, matcher=matcher, draft_length=self.options.draft_length,
-                                   written=ids, least_share=least)  # an unmeant token ends it at once
-        if spent is not None:
-            spent.append(gen)
-        log.debug("a probe of %s wrote %r in %.0f ms", key, gen.text[start:], 1000 * gen.seconds)
-        if len(gen.shares) != len(gen.ids):
-            return None, 0.0
-        offsets = [len(tokenizer.decode(gen.ids[:i], skip_special_tokens=True)) for i in range(len(gen.ids))]
-        return probed_value(gen.text, start, offsets, gen.shares)
 
     def _least_shares(self, gen, schemas: list[dict]) -> list[dict[str, float]]:
         """Per call of `gen`, its free arguments' least shares of the model's probability (`free_shares`); nothing

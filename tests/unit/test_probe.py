@@ -7,7 +7,8 @@ from datetime import datetime
 from types import SimpleNamespace
 
 from app.agent.loop import Agent
-from app.agent.meant import PROBED_SHARE, probe_prefix, probed_value
+from app.agent.meant import PROBED_SHARE
+from app.agent.probes import probe_prefix, probed_value
 from app.agent.options import AgentOptions
 from app.agent.profile import load_profile
 from app.agent.protocol import format_tool_call
