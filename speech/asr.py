@@ -1,7 +1,9 @@
 """Speech recognition with faster-whisper, tuned for short, already-segmented utterances."""
 import importlib.resources
 import os
+import threading
 import zlib
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -30,6 +32,7 @@ _TIMESTAMP_S = 0.02            # one Whisper timestamp token
 _MAX_INITIAL_TIMESTAMP_INDEX = 50  # the first segment starts within 1 s, as faster-whisper requires
 _TIMESTAMP_SLACK_S = 0.2       # a segment may end a little after the last sample; one that starts later is invented
 _MAX_PROMPT_TOKENS = _MAX_TOKENS // 2 - 1  # Whisper's previous-text context, as faster-whisper cuts it
+_KEPT_ENCODINGS = 4            # the latest audios' encodings, for their next decode (a turn heard twice)
 
 
 def _default_threads() -> int:
@@ -85,6 +88,8 @@ class Transcriber:
         self._tokenizer = Tokenizer(self._model.hf_tokenizer, self._model.model.is_multilingual,
                                     task="transcribe", language="en")
         self._prompt = self._prompt_for(options.prompt)
+        self._encodings: OrderedDict = OrderedDict()   # (samples, hash of the audio) -> its window's encoding
+        self._encodings_lock = threading.Lock()
 
     def _prompt_for(self, previous_text: str) -> list[int]:
         """The decoder's first tokens: `previous_text` as Whisper's previous text, then the start of a transcript."""
@@ -94,9 +99,12 @@ class Transcriber:
         before = self._tokenizer.encode(" " + previous_text.strip())[-_MAX_PROMPT_TOKENS:]
         return [self._tokenizer.sot_prev, *before, *start]
 
-    def transcribe(self, audio: np.ndarray, hint: str = "") -> str:
+    def transcribe(self, audio: np.ndarray, hint: str = "", prompted: bool = True) -> str:
         """Text of an int16 16 kHz utterance (stripped; "" for silence or audio too short to hold a word). `hint`:
-        more text for Whisper to expect, after the options' prompt ("Appointments for Kenji Watanabe.")."""
+        more text for Whisper to expect, after the options' prompt ("Appointments for Kenji Watanabe.").
+        prompted=False: without the options' prompt, whose words make Whisper finish a sentence the speaker left
+        unfinished (the end-of-turn judgement reads this: app.pipeline.drafting). The same audio heard again is
+        not encoded again (`_KEPT_ENCODINGS`)."""
         if audio.ndim != 1 or audio.dtype not in (np.int16, np.float32):
             raise ValueError(f"transcribe expects 1-D int16 (or float32) 16 kHz audio, "
                              f"got shape {audio.shape} dtype {audio.dtype}")
@@ -106,9 +114,9 @@ class Transcriber:
         if np.max(np.abs(x)) < _SILENCE_PEAK:
             return ""
         duration_s = x.size / SAMPLE_RATE_HZ
-        previous_text = f"{self.options.prompt.strip()} {hint.strip()}".strip()
+        previous_text = f"{self.options.prompt.strip() if prompted else ''} {hint.strip()}".strip()
         if duration_s <= self.options.window_s - _MIN_PADDING_S:
-            prompt = self._prompt if not hint.strip() else self._prompt_for(previous_text)
+            prompt = self._prompt if prompted and not hint.strip() else self._prompt_for(previous_text)
             text = self._transcribe_window(x, duration_s, prompt)
             if text is not None:
                 return text
@@ -126,11 +134,7 @@ class Transcriber:
     def _transcribe_window(self, x: np.ndarray, duration_s: float, prompt: list[int]) -> str | None:
         """Greedy decode over a window_s window (by beam search when that writes nothing); None when the result
         looks degenerate."""
-        window_frames = 2 * int(self.options.window_s * 50)  # 10 ms mel frames, even: the encoder halves them
-        padded = np.zeros(window_frames * 160, dtype=np.float32)  # zero padding, as Whisper pads to 30 s
-        padded[:x.size] = x
-        features = self._model.feature_extractor(padded)[:, :window_frames]  # (n_mels, window_frames)
-        encoded = self._model.model.encode(get_ctranslate2_storage(np.ascontiguousarray(features[None])))
+        encoded = self._encoded(x)
         max_new_tokens = _most_tokens(duration_s)
         text, sequence = "", []
         # NOTE: a greedy decode that wrote nothing though Whisper heard speech (its silence test passed) is decoded
@@ -156,6 +160,24 @@ class Transcriber:
         if len(sequence) >= max_new_tokens or _compression_ratio(text) > _MAX_COMPRESSION_RATIO:
             return None
         return text
+
+    def _encoded(self, x: np.ndarray):
+        """The encoder's output for float32 audio `x` in a window_s window, kept for the next decodes of it."""
+        key = (x.size, hash(x.tobytes()))
+        with self._encodings_lock:
+            if key in self._encodings:
+                self._encodings.move_to_end(key)
+                return self._encodings[key]
+        window_frames = 2 * int(self.options.window_s * 50)  # 10 ms mel frames, even: the encoder halves them
+        padded = np.zeros(window_frames * 160, dtype=np.float32)  # zero padding, as Whisper pads to 30 s
+        padded[:x.size] = x
+        features = self._model.feature_extractor(padded)[:, :window_frames]  # (n_mels, window_frames)
+        encoded = self._model.model.encode(get_ctranslate2_storage(np.ascontiguousarray(features[None])))
+        with self._encodings_lock:
+            self._encodings[key] = encoded
+            while len(self._encodings) > _KEPT_ENCODINGS:
+                self._encodings.popitem(last=False)
+        return encoded
 
     def _text_tokens(self, sequence: list[int], duration_s: float) -> list[int]:
         """Text tokens of a timestamped decode, up to the first timestamp past the end of the audio."""

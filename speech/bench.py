@@ -9,6 +9,7 @@ vocabulary: Whisper with the business's words as its prompt, and without (the ba
 businesses (speech.vocabulary_set): WER, the business's words missed and made up, noise alone heard as words.
 """
 import argparse
+import functools
 import statistics
 import time
 from dataclasses import replace
@@ -167,10 +168,10 @@ def bench_endpoint(llm_model: str = "llm/weights/parley-smollm2") -> None:
     from app.pipeline.services import asr_threads, idle_speech_threads   # serve's threads
     from app.pipeline.session import SessionOptions   # where a lone caller's draft starts
 
-    # the recognizer `parley serve` has (the default business's words as Whisper's prompt), and one without them
+    # the recognizer `parley serve` has: the default business's words as Whisper's prompt for the transcript, none
+    # for the words the judgement reads (app.pipeline.drafting)
     synth = Synthesizer(varied=False)
     asr = Transcriber(AsrOptions(cpu_threads=asr_threads(), prompt=recognizer_prompt(load_profile())))
-    plain = Transcriber(AsrOptions(cpu_threads=asr_threads()))
     try:
         smart = SmartTurn()
     except FileNotFoundError as exc:   # an optional row: its model comes from a package Parley does not need
@@ -183,7 +184,7 @@ def bench_endpoint(llm_model: str = "llm/weights/parley-smollm2") -> None:
     cases = endpoint_set.build(synth)
     # the signals are asked where a draft starts in a process with nothing else to do (a lone caller)
     ask_ms = SessionOptions().speculate_idle_ms
-    checks = [_endpoint_checks(case, asr, plain, smart, engine, ask_ms) for case in cases]
+    checks = [_endpoint_checks(case, asr, smart, engine, ask_ms) for case in cases]
     voices = sorted({c.voice for c in cases})
     print(f"{len(cases)} turns: {len(endpoint_set.COMPLETE)} complete and {len(endpoint_set.PAUSED)} paused "
           f"(pauses {endpoint_set.PAUSES_MS} ms) x voices {voices} x SNR {endpoint_set.SNRS_DB} dB")
@@ -194,16 +195,19 @@ def bench_endpoint(llm_model: str = "llm/weights/parley-smollm2") -> None:
           "early; ms = CPU per decision (median)")
     policies = {
         "fixed 600 ms VAD (today)": lambda c: VadConfig().silence_ms,
-        "LM (transcript)": lambda c: LM_POLICY.wait_ms(c["lm"]),
-        "LM, Whisper unprompted": lambda c: LM_POLICY.wait_ms(c["lm_plain"]),
+        "LM, unprompted (default)": lambda c: LM_POLICY.wait_ms(c["lm"]),
+        "LM, prompted Whisper": lambda c: LM_POLICY.wait_ms(c["lm_prompted"]),
         "Smart Turn (audio)": lambda c: SMART_TURN_POLICY.wait_ms(c["smart"]),
         "LM and Smart Turn agree": lambda c: max(LM_POLICY.wait_ms(c["lm"]), SMART_TURN_POLICY.wait_ms(c["smart"])),
         "LM or Smart Turn": lambda c: min(LM_POLICY.wait_ms(c["lm"]), SMART_TURN_POLICY.wait_ms(c["smart"])),
     }
-    cost = {"fixed 600 ms VAD (today)": lambda c: 0.0, "LM (transcript)": lambda c: c["asr_ms"] + c["lm_ms"],
-            "LM, Whisper unprompted": lambda c: c["plain_asr_ms"] + c["plain_lm_ms"],
+    cost = {"fixed 600 ms VAD (today)": lambda c: 0.0,
+            # the draft's transcript first (the encoding both decodes read), then the words the judgement reads
+            "LM, unprompted (default)": lambda c: c["asr_ms"] + c["plain_asr_ms"] + c["lm_ms"],
+            "LM, prompted Whisper": lambda c: c["asr_ms"] + c["prompted_lm_ms"],
             "Smart Turn (audio)": lambda c: c["smart_ms"]}
-    cost["LM and Smart Turn agree"] = cost["LM or Smart Turn"] = lambda c: c["asr_ms"] + c["lm_ms"] + c["smart_ms"]
+    cost["LM and Smart Turn agree"] = cost["LM or Smart Turn"] = \
+        lambda c: cost["LM, unprompted (default)"](c) + c["smart_ms"]
     print(f"{'policy':<28} {'wait ms':>8} {'p90':>6} {'free':>6} {'cut%':>6} {'split%':>7} {'ms':>6}   cut% by pause "
           + " ".join(f"{p:>5}" for p in endpoint_set.PAUSES_MS))
     shown = [name for name in policies if smart is not None or "Smart Turn" not in name]
@@ -212,7 +216,7 @@ def bench_endpoint(llm_model: str = "llm/weights/parley-smollm2") -> None:
     for ms in DECIDED_AT_MS:
         policy = replace(LM_POLICY, check_ms=ms)
         print(_endpoint_row(f"LM, decided from {ms} ms", cases, checks, lambda c, p=policy: p.wait_ms(c["lm"]),
-                            cost["LM (transcript)"], ask_ms))
+                            cost["LM, unprompted (default)"], ask_ms))
     for voice in voices:
         mine = [i for i, c in enumerate(cases) if c.voice == voice]
         print(f"-- {voice}")
@@ -221,9 +225,10 @@ def bench_endpoint(llm_model: str = "llm/weights/parley-smollm2") -> None:
                                 cost[name], ask_ms))
 
 
-def _endpoint_checks(case, asr, plain, smart, engine, ask_ms: int) -> list[dict]:
-    """Every point of the turn where the silence reached ask_ms: the signals there (the LM's on what `asr` and
-    `plain` wrote), and how long that silence really lasted (until speech resumed; the last one has no end)."""
+def _endpoint_checks(case, asr, smart, engine, ask_ms: int) -> list[dict]:
+    """Every point of the turn where the silence reached ask_ms: the signals there (the LM's on what `asr` wrote
+    without its prompt, as `parley serve` judges, and with it), and how long that silence really lasted (until
+    speech resumed; the last one has no end)."""
     config = VadConfig(silence_ms=LM_POLICY.max_silence_ms + 100)
     detector, checks, silence_ms = TurnDetector(config), [], 0.0
     for frame in frames(case.audio):
@@ -238,21 +243,24 @@ def _endpoint_checks(case, asr, plain, smart, engine, ask_ms: int) -> list[dict]
                 silence_ms = detector.trailing_silence_ms
         if detector.in_speech and detector.trailing_silence_ms == ask_ms:
             audio = detector.endpoint_audio()
-            text, lm, asr_ms, lm_ms = _judged(asr, engine, audio)
-            _, plain_lm, plain_asr_ms, plain_lm_ms = _judged(plain, engine, audio)
+            text, prompted_lm, asr_ms, prompted_lm_ms = _judged(asr.transcribe, engine, audio)
+            plain, lm, plain_asr_ms, lm_ms = _judged(functools.partial(asr.transcribe, prompted=False), engine, audio,
+                                                     text)
             p_smart, smart_ms = _timed(smart.probability, audio) if smart is not None else (0.0, 0.0)
             silence_start_ms = detector.time_ms - detector.trailing_silence_ms
             checks.append({"lm": lm, "smart": p_smart, "asr_ms": asr_ms, "lm_ms": lm_ms, "smart_ms": smart_ms,
-                           "lm_plain": plain_lm, "plain_asr_ms": plain_asr_ms, "plain_lm_ms": plain_lm_ms,
-                           "text": text, "silence_ms": float("inf"), "open": True,
+                           "lm_prompted": prompted_lm, "plain_asr_ms": plain_asr_ms, "prompted_lm_ms": prompted_lm_ms,
+                           "text": text, "plain": plain, "silence_ms": float("inf"), "open": True,
                            "final": silence_start_ms >= case.end_ms - 150})   # (a soft last syllable)
     return checks
 
 
-def _judged(asr, engine, audio) -> tuple[str, float, float, float]:
-    """What `asr` wrote of the audio, the LM's P(complete) for it (0 for no words), and the CPU ms of each."""
-    text, asr_ms = _timed(asr.transcribe, audio)
-    lm, lm_ms = _timed(engine.end_of_turn_probability, text) if text.strip() else (0.0, 0.0)
+def _judged(transcribe, engine, audio, fallback: str = "") -> tuple[str, float, float, float]:
+    """What `transcribe` wrote of the audio, the LM's P(complete) for it (or for `fallback` where it wrote nothing,
+    as app.pipeline.drafting judges; 0 for no words), and the CPU ms of each."""
+    text, asr_ms = _timed(transcribe, audio)
+    judged = text.strip() or fallback.strip()
+    lm, lm_ms = _timed(engine.end_of_turn_probability, judged) if judged else (0.0, 0.0)
     return text, lm, asr_ms, lm_ms
 
 

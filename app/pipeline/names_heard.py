@@ -68,7 +68,9 @@ class NamesHeard:
             raise AttributeError(name)
         return getattr(self.recognizer, name)
 
-    def transcribe(self, audio: np.ndarray) -> str:
+    def transcribe(self, audio: np.ndarray, prompted: bool = True) -> str:
+        if not prompted:   # the words' shape only (an end-of-turn judgement's): no name is looked for
+            return self.recognizer.transcribe(audio, prompted=False)
         text = self.recognizer.transcribe(audio)
         capitals = [w[:1].isupper() for w in WRITTEN_WORD.findall(text)]
         if not any(a and b for a, b in zip(capitals, capitals[1:])):

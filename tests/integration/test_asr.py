@@ -11,6 +11,7 @@ from speech import endpoint_set, vocabulary_set
 from speech.asr import DEFAULT_MODEL_DIR, AsrOptions, Transcriber
 from speech.audio import SAMPLE_RATE_HZ
 from speech.wer import word_error_rate
+from tests.integration.test_session import trim
 
 # Sentences tiny.en gets right on Piper's voice (8 of 8 syntheses each); a 30-word total lets WER <= 10%
 # absorb up to 3 slips. ("Can you move my appointment to Friday" came back "...the Friday" 8 times of 8.)
@@ -84,6 +85,35 @@ def test_the_businesss_words_as_its_prompt_are_heard_and_noise_is_not(transcribe
     noise = vocabulary_set.noise_only()
     assert [prompted.transcribe(n) for n in noise] == [""] * len(noise)
     assert any(transcriber.transcribe(n) for n in noise)  # what the prompt saves it from
+
+
+class _CountedEncodes:
+    """A CTranslate2 Whisper model that counts its encoder's runs."""
+
+    def __init__(self, model):
+        self.model, self.encodes = model, 0
+
+    def encode(self, *args, **kwargs):
+        self.encodes += 1
+        return self.model.encode(*args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self.model, name)
+
+
+def test_a_turn_heard_without_the_prompt_is_heard_as_by_no_prompt_and_encoded_once(speak, transcriber):
+    """The end-of-turn judgement reads the words Whisper writes without the business's words (app.pipeline.drafting):
+    with them it makes an unfinished head a question ("...how much it costs to" heard "how much it cost you?"). The
+    draft's transcript and those words are two decodes of one encoding."""
+    prompted = Transcriber(AsrOptions(prompt=recognizer_prompt(load_profile(None))))
+    prompted._model.model = counted = _CountedEncodes(prompted._model.model)
+    tail = np.zeros(SAMPLE_RATE_HZ * 80 // 1000, np.int16)   # the silence a draft starts at
+    heads = [np.concatenate([trim(speak(text)), tail]) for text in ("Could you tell me how much it costs to",
+                                                              "I'd like the, uh,")]
+    both = [(prompted.transcribe(audio), prompted.transcribe(audio, prompted=False)) for audio in heads]
+    assert [plain for _, plain in both] == [transcriber.transcribe(audio) for audio in heads]
+    assert any(words != plain for words, plain in both), both   # the prompt is in effect where it is asked for
+    assert counted.encodes == len(heads)
 
 
 def test_a_name_alone_that_a_greedy_decode_drops_is_heard(synthesizer, monkeypatch):
