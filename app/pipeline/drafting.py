@@ -136,10 +136,11 @@ class Drafting:
         """The words as Whisper hears them without the business's words in its prompt, which the end-of-turn
         judgement reads (None without a policy): with them, Whisper finishes a sentence the caller left unfinished
         ("We're looking for a table for" heard "a table for it."). A decode of the encoding the draft's transcript
-        made, beside the draft's generation.
+        made, beside the draft's generation. Only while no other generation runs or waits: under load the
+        transcript is judged, and that decode's CPU goes to the callers' turns.
         NOTE: `python -m speech.bench endpoint` (2026-12-07): 19.4% of paused turns cut off against 25.9% judged on
         the prompted transcript, complete turns waiting the same (300 ms, median)."""
-        if draft.p_complete is None:
+        if draft.p_complete is None or self.services.llm_lanes.busy():
             return None
         unprompted = functools.partial(self.services.asr.transcribe, prompted=False)
         return asyncio.ensure_future(self._speculate(self.services.asr_lanes, draft, unprompted, audio))

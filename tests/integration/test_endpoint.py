@@ -179,19 +179,25 @@ class _HeardTwice:
         return getattr(self.asr, name)
 
 
-@pytest.mark.parametrize("plain_heard", [True, False])
+@pytest.mark.parametrize("plain_heard, busy", [(True, False), (False, False), (True, True)])
 def test_the_judgement_reads_the_words_heard_without_the_prompt_and_the_reply_the_transcript(
-        transcriber, synthesizer, speak, plain_heard):
+        transcriber, synthesizer, speak, plain_heard, busy):
     # The business's words as Whisper's prompt make it finish what the caller left unfinished (speech.bench
     # endpoint: 25.9% of paused turns cut off judged on those words, 19.4% on the words heard without them); where
-    # Whisper hears nothing without the prompt, the judgement reads the transcript
+    # Whisper hears nothing without the prompt, the judgement reads the transcript, and so it does while another
+    # call's generation runs (the second decode's CPU goes to the turns)
     engine = JudgingEngine(lambda m: f"You said: {last_user(m)}")
     engine.judged = []
     asr = _HeardTwice(transcriber, plain_heard)
-    turn = trim(speak(f"{HEAD} {TAIL}"))
-    events, session, _ = asyncio.run(talk(_services(asr, synthesizer, engine), turn, realtime=True,
-                                          options=SessionOptions(realtime=True)))
+    services, turn, other = _services(asr, synthesizer, engine), trim(speak(f"{HEAD} {TAIL}")), threading.Event()
+    if busy:
+        services.llm_lanes.submit(other.wait)   # another caller's generation, running
+    try:
+        events, session, _ = asyncio.run(talk(services, turn, realtime=True, options=SessionOptions(realtime=True)))
+    finally:
+        other.set()
     transcripts = _finals(events, "transcript")
     assert len(transcripts) == 1 and _finals(events, "reply") == [f"You said: {transcripts[0]}"]
-    assert engine.judged == [f"unprompted: {transcripts[0]}" if plain_heard else transcripts[0]]
-    assert session.turns[0].metrics()["p_complete"] == 0.9 and False in asr.asked
+    unprompted = plain_heard and not busy
+    assert engine.judged == [f"unprompted: {transcripts[0]}" if unprompted else transcripts[0]]
+    assert session.turns[0].metrics()["p_complete"] == 0.9 and (False in asr.asked) == (not busy)
