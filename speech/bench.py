@@ -244,13 +244,12 @@ def _endpoint_checks(case, asr, smart, engine, ask_ms: int) -> list[dict]:
         if detector.in_speech and detector.trailing_silence_ms == ask_ms:
             audio = detector.endpoint_audio()
             text, prompted_lm, asr_ms, prompted_lm_ms = _judged(asr.transcribe, engine, audio)
-            plain, lm, plain_asr_ms, lm_ms = _judged(functools.partial(asr.transcribe, prompted=False), engine, audio,
-                                                     text)
+            _, lm, plain_asr_ms, lm_ms = _judged(functools.partial(asr.transcribe, prompted=False), engine, audio, text)
             p_smart, smart_ms = _timed(smart.probability, audio) if smart is not None else (0.0, 0.0)
             silence_start_ms = detector.time_ms - detector.trailing_silence_ms
             checks.append({"lm": lm, "smart": p_smart, "asr_ms": asr_ms, "lm_ms": lm_ms, "smart_ms": smart_ms,
                            "lm_prompted": prompted_lm, "plain_asr_ms": plain_asr_ms, "prompted_lm_ms": prompted_lm_ms,
-                           "text": text, "plain": plain, "silence_ms": float("inf"), "open": True,
+                           "text": text, "silence_ms": float("inf"), "open": True,
                            "final": silence_start_ms >= case.end_ms - 150})   # (a soft last syllable)
     return checks
 

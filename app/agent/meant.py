@@ -13,7 +13,7 @@ import re
 
 from app.agent import schema_grammar
 from app.agent.probes import probe, probe_prefix
-from app.agent.protocol import TOOL_CALL_OPEN, TOOL_CALL_RE
+from app.agent.protocol import TOOL_CALL_OPEN, TOOL_CALL_RE, token_starts, tokens_over
 from app.agent.held import asked_for, callers_own_runs, fullest, held, known, says_a_value, times_answered
 from app.agent.history import asked_last, latest_words, question_before
 from app.agent.said import (CLOCK_PATTERN, Said, invented, is_free, names_last, names_tool, properties_of, rests_on,
@@ -58,8 +58,7 @@ def free_shares(text: str, offsets: list[int], shares: list[float], schemas: lis
                 if pair.group(1) not in free:
                     continue
                 first, last = start + pair.start(2), start + pair.end(2)  # the value, and its closing quote
-                tokens = [i for i, at in enumerate(offsets)
-                          if at <= last and (offsets[i + 1] if i + 1 < len(offsets) else len(text)) > first]
+                tokens = tokens_over(offsets, len(text), first, last + 1)
                 if tokens:
                     least[pair.group(1)] = min(shares[i] for i in tokens)
         out.append(least)
@@ -212,9 +211,7 @@ class CallCheck:
         shares, ids = getattr(gen, "shares", None), getattr(gen, "ids", None)
         if not shares or not ids or len(shares) != len(ids) or TOOL_CALL_OPEN not in gen.text:
             return []
-        decode = self.engine.tokenizer.decode
-        offsets = [len(decode(ids[:i], skip_special_tokens=True)) for i in range(len(ids))]
-        least = free_shares(gen.text, offsets, shares, schemas)
+        least = free_shares(gen.text, token_starts(self.engine.tokenizer, ids), shares, schemas)
         log.debug("the free values' least shares: %s in %r", least, gen.text)
         return least
 

@@ -9,7 +9,7 @@ import logging
 import re
 import threading
 
-from app.agent.protocol import TOOL_CALL_OPEN, compact
+from app.agent.protocol import TOOL_CALL_OPEN, compact, token_starts, tokens_over
 
 log = logging.getLogger(__name__)
 
@@ -36,8 +36,7 @@ def probed_value(text: str, start: int, offsets: list[int], shares: list[float])
     if value is None:
         return None, 0.0
     first, end = start + value.start(1), start + value.end(1)
-    tokens = [i for i, at in enumerate(offsets)
-              if at < end and (offsets[i + 1] if i + 1 < len(offsets) else len(text)) > first]
+    tokens = tokens_over(offsets, len(text), first, end)
     return json.loads(value.group(1)), min((shares[i] for i in tokens), default=0.0)
 
 
@@ -68,5 +67,4 @@ def probe(engine, options, matcher, messages: list[dict], prefix: str, least: fl
     log.debug("a probe after %r wrote %r in %.0f ms", prefix, gen.text[start:], 1000 * gen.seconds)
     if len(gen.shares) != len(gen.ids):
         return None, 0.0
-    offsets = [len(tokenizer.decode(gen.ids[:i], skip_special_tokens=True)) for i in range(len(gen.ids))]
-    return probed_value(gen.text, start, offsets, gen.shares)
+    return probed_value(gen.text, start, token_starts(tokenizer, gen.ids), gen.shares)

@@ -13,6 +13,18 @@ def compact(value) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
+def token_starts(tokenizer, ids: list[int]) -> list[int]:
+    """The character where each token of `ids` starts in their decoded text (special tokens left out)."""
+    return [len(tokenizer.decode(ids[:i], skip_special_tokens=True)) for i in range(len(ids))]
+
+
+def tokens_over(starts: list[int], text_length: int, first: int, end: int) -> list[int]:
+    """The tokens (starting at `starts` in a text `text_length` long) that write any of characters first..end-1:
+    those a value in a call was written with, whose shares of the model's probability say whether it was meant."""
+    return [i for i, at in enumerate(starts)
+            if at < end and (starts[i + 1] if i + 1 < len(starts) else text_length) > first]
+
+
 def format_tool_call(name: str, arguments: dict) -> str:
     """The exact assistant text for one tool call (compact JSON)."""
     return f"{TOOL_CALL_OPEN}{compact({'name': name, 'arguments': arguments})}{TOOL_CALL_CLOSE}"
