@@ -312,8 +312,8 @@ class Agent:
         look-up again (CallCheck.repeats_last), strays from the request the agent just asked a detail of
         (CallCheck.strays) or is of a tool that takes no details, unnamed by the caller's words and written with
         less than NAMED_SHARE of a call's probability (CallCheck.unnamed_bare): to the call of the tool the model
-        weighed next (Weighed.instead_of_made_up; for a stray, the asked request's), or, for a made-up one the
-        model weighed none for, to an answer in words.
+        weighed next (Weighed.instead_of_made_up; for a stray, the asked request's), or, where the model weighed
+        none, to an answer in words for a made-up call, a look-up again or a bare call the model was unsure of.
         -> (that generation, its calls as settled, whether the turn answers in words); (None, None, False) when
         the calls stand."""
         if spoken or not calls:
@@ -335,11 +335,10 @@ class Agent:
         # the day said. A call made up of nothing said keeps the floor: "is it safe to color my hair while I'm
         # pregnant?" checked a Friday nobody named, and the coloring's price (0.033) is no answer either.
         misplaced = made_up and self.check.misplaced(calls, settled, messages)
-        other, other_settled, _ = self.weighed.instead_of_made_up(messages, calls[0][0], cancel,
-                                                                  least=0.0 if repeated or misplaced else FOLLOW_SHARE,
-                                                                  on_latest=leaves_out or made_up or bare, only=asked,
-                                                                  below=NAMED_SHARE if bare else None)
-        return other, other_settled, made_up and other is None
+        other, other_settled, unsure = self.weighed.instead_of_made_up(
+            messages, calls[0][0], cancel, least=0.0 if repeated or misplaced else FOLLOW_SHARE,
+            on_latest=leaves_out or made_up or bare, only=asked, below=NAMED_SHARE if bare else None)
+        return other, other_settled, (made_up or repeated or bare and unsure) and other is None
 
     def _lacking_result(self, name: str, arguments: dict, missing: list[str]) -> dict:
         """What a call that lacks details returns to the model instead of running: the toolbox's refusal of a

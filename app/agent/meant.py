@@ -283,7 +283,8 @@ class CallCheck:
         """Whether a turn's one call (as `settled` holds it) is the look-up the agent made for the caller's turn
         before (app.agent.history.question_before), again, while their latest words, no question, say nothing it
         holds and do not name its tool: its answer would be the one they just heard. After Thursday's opening
-        hours at a dental clinic, "the morning", "9" and then "Paula Reyes" each read them again."""
+        hours at a dental clinic, "the morning", "9" and then "Paula Reyes" each read them again; after Friday's,
+        "cool, have a nice evening" read them again."""
         if self.options.cache != "block" or len(settled) != 1 or not settled[0][0]:
             return False
         name, kept, _ = settled[0]

@@ -66,6 +66,12 @@ COMPLETED_SHARE = 0.5
 # An unasked call of a tool that takes no details gives way to the first of this many next tools, the most weighed
 # first, whose call holds what the caller's latest words say (`Weighed.instead_of_made_up` with `below`).
 UNASKED_TRIED = 3
+# Such a call that gives way to none of them is answered in words when the model wrote it with less than this much
+# of its probability, a call's times the tool's share of a call: after Friday's opening hours, "ok great, thanks so
+# much, talk to you later" was handed to the staff (a call 0.56, the transfer 0.17 of it: 0.10; as a first turn
+# 0.04), while "can I just talk to somebody who works there please" gave it 0.54, "is there anybody there I could
+# talk to" 0.51 and "I need help" 0.25 (2026-12-07).
+UNASKED_CALL_SHARE = 0.2
 
 
 def _a_question(messages: list[dict]) -> bool:
@@ -265,7 +271,7 @@ class Weighed:
 
     def instead_of_made_up(self, messages: list[dict], made_up: str, cancel, least: float = FOLLOW_SHARE,
                            on_latest: bool = True, only: str | None = None,
-                           below: float | None = None) -> tuple[object | None, list, float]:
+                           below: float | None = None) -> tuple[object | None, list, bool]:
         """The call of the tool the model weighed next after `made_up` (the tool of a call whose details nobody
         said: CallCheck.made_up; or of one that leaves out the time the caller gave: CallCheck.leaves_out_a_time),
         when the model gave it at least `least` of a call's probability and the call it writes holds a detail
@@ -274,23 +280,25 @@ class Weighed:
         "how much for a haircut and a beard trim together?" had the model check the free times of a day and a time
         nobody named (check_availability 0.44), and the caller heard "I'm sorry, I can't help with that."; its next
         tool, business_info (0.25), reads the haircut's price. The generation, its call as `CallCheck.settled`
-        holds it, and the seconds this took; (None, [], seconds) otherwise: the model answers in words. With
-        `below`, only when the model gave `made_up` less than that share of a call's probability (it was unsure),
-        and the first of the next UNASKED_TRIED tools whose call holds a detail or a topic the latest words name."""
+        holds it, and True; (None, [], whether the model answers in words instead) otherwise. With `below`, only
+        when the model gave `made_up` less than that share of a call's probability (it was unsure; else, and where
+        the share cannot be read, the call stands), and the first of the next UNASKED_TRIED tools whose call holds a
+        detail or a topic the latest words name; where none does, the turn is answered in words when the model
+        wrote `made_up` with less than UNASKED_CALL_SHARE of its probability."""
         started = time.perf_counter()
         probabilities = getattr(self.engine, "next_token_probabilities", None)
         replies = None if probabilities is None else self.check.reply_grammar(messages)
         if replies is None or not messages or messages[-1]["role"] != "user":
-            return None, [], time.perf_counter() - started
+            return None, [], below is None
         opening, names = self._names
         shares = probabilities(messages, opening)
         gave_way = names.get(made_up, [])[len(opening):len(opening) + 1]  # the made-up tool's first token
-        if below is not None and gave_way and float(shares[gave_way[0]]) >= below:
-            return None, [], time.perf_counter() - started
+        if below is not None and (not gave_way or float(shares[gave_way[0]]) >= below):
+            return None, [], False
         weighed = [(float(shares[written[len(opening)]]), name, written) for name, written in names.items()
                    if written[len(opening)] not in gave_way and only in (None, name)]
         if not weighed or max(weighed)[0] < least:
-            return None, [], time.perf_counter() - started
+            return None, [], self._barely(messages, shares, gave_way, below)
         # an unasked bare call (`below`) gives way to the most weighed of the next few tools whose call holds what
         # the latest words name of it, a detail said or its topic: "Okay never mind what's the address.", heard with
         # no question mark, was transferred (0.47), list_appointments 0.21, business_info 0.17
@@ -306,8 +314,18 @@ class Weighed:
                 continue
             log.debug("the call weighed after a made-up %s (share %.3f): %r", made_up, share, gen.text)
             gen.seconds = time.perf_counter() - started
-            return gen, settled, gen.seconds
-        return None, [], time.perf_counter() - started
+            return gen, settled, True
+        return None, [], self._barely(messages, shares, gave_way, below)
+
+    def _barely(self, messages: list[dict], shares, gave_way: list[int], below: float | None) -> bool:
+        """Whether a call that gave way to no other is answered in words: always, unless it is an unasked bare
+        call (`below`), whose tool (first token `gave_way`, its share of a call in `shares`) the model wrote with
+        less than UNASKED_CALL_SHARE of its probability. One pass over the prompt's last token for such a call."""
+        if below is None:
+            return True
+        opening, _ = self._names
+        called = float(self.engine.next_token_probabilities(messages, [])[opening[0]])
+        return called * float(shares[gave_way[0]]) < UNASKED_CALL_SHARE
 
     def _rests(self, name: str, arguments: dict, messages: list[dict], on_latest: bool) -> bool:
         """Whether a call holds a detail the caller's latest words say (app.agent.said.rests_on); with on_latest

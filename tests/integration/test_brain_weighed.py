@@ -44,6 +44,20 @@ def test_a_caller_who_asks_for_a_person_is_transferred(brain, profile):
     assert calls(agent_for(brain, profile).respond("I need help")) == []
 
 
+@pytest.mark.parametrize("goodbye", ["ok great, thanks so much, talk to you later", "cool, have a nice evening"])
+def test_a_goodbye_in_other_words_is_not_handed_to_the_staff_nor_read_the_hours_again(brain, goodbye):
+    # after Friday's hours, the model handed "talk to you later" to the staff (a call 0.56 of its probability, the
+    # transfer 0.17 of a call's), no other call holding anything said, and read Friday's hours again for "have a
+    # nice evening"; a request for a person, as unsure of its tool (0.61 of a call's), is written with 0.54 of the
+    # model's probability (Weighed.instead_of_made_up)
+    agent = agent_for(brain)
+    agent.respond("what time do you close on friday?")
+    turn = agent.respond(goodbye)
+    assert calls(turn) == [] and "transfer" not in turn.reply.lower() and "PM" not in turn.reply, turn.reply
+    turn = agent_for(brain).respond("can I just talk to somebody who works there please")
+    assert calls(turn) == [("transfer_to_human", {})], turn.reply
+
+
 def test_a_call_made_up_whole_gives_way_to_the_one_the_model_weighed_next(brain):
     # the model checked the free times of a day and a time nobody named (check_availability 0.44), a call made up
     # whole, and the caller heard "I'm sorry, I can't help with that." (Weighed.instead_of_made_up)

@@ -2,7 +2,8 @@
 
 A call made up whole gives way to the tool the model weighed next, or to an answer in words; one that leaves out
 the clock time the caller gave, or repeats the agent's last look-up for words that say nothing of it, gives way to
-the next tool that holds what was said; an answer continues the request it answers. A detail asked for again is
+the next tool that holds what was said (a look-up again, else to an answer in words); an unasked transfer the model
+barely wrote, to an answer in words; an answer continues the request it answers. A detail asked for again is
 answered with the look-up of its choices (Toolbox.choices)."""
 import pytest
 
@@ -138,13 +139,14 @@ def test_the_last_look_up_again_stands_when_asked_for(said):
     assert [(c.name, c.arguments) for c in turn.tool_calls] == [("business_info", {"topic": "hours", "day": "tuesday"})]
 
 
-def test_the_last_look_up_again_stands_when_the_next_tool_takes_a_detail_only_the_agent_said():
-    # "that one's fine" after the opening hours: a booking weighed at 0.001 took the closing time of another day
+def test_the_last_look_up_again_is_answered_in_words_when_the_next_tool_takes_a_detail_only_the_agent_said():
+    # "that one's fine" after the opening hours: a booking weighed at 0.001 took the closing time of another day;
+    # the hours again would say only what the caller just heard ("cool, have a nice evening" read them again)
     closing = format_tool_call("book_appointment", {"name": "Ana Lima", "day": "tuesday", "time": "18:00",
                                                     "service": "haircut"})
-    engine = Torn({"business_info": 0.97, "book_appointment": 0.001}, own=HOURS, forced=closing)
+    engine = _MadeUp({"business_info": 0.97, "book_appointment": 0.001}, own=HOURS, forced=closing)
     turn = _asked_the_hours(engine).respond("that one's fine")
-    assert [(c.name, c.arguments) for c in turn.tool_calls] == [("business_info", {"topic": "hours", "day": "tuesday"})]
+    assert turn.tool_calls == [] and turn.reply == SMALL_TALK
 
 
 def _offered(engine):
@@ -272,6 +274,15 @@ def test_an_unasked_transfer_gives_way_to_the_topic_the_callers_words_name():
     turn = _booked(Torn({"transfer_to_human": 0.6, "business_info": 0.3}, own=TRANSFER, forced=hours)).respond(
         "Okay never mind that.")
     assert [c.name for c in turn.tool_calls] == ["transfer_to_human"]
+
+
+def test_an_unasked_transfer_the_model_barely_wrote_is_answered_in_words():
+    # "ok great, thanks so much, talk to you later" after the opening hours was handed to the staff: a call 0.56 of
+    # the model's probability, the transfer 0.17 of a call's, and the call weighed next held nothing said
+    hours = format_tool_call("business_info", {"topic": "hours"})
+    engine = _MadeUp({"transfer_to_human": 0.17, "business_info": 0.28}, own=TRANSFER, forced=hours, call_share=0.56)
+    turn = _booked(engine).respond("ok great, thanks so much, talk to you later")
+    assert turn.tool_calls == [] and turn.reply == SMALL_TALK
 
 
 @pytest.mark.parametrize("said, names, forced", [
