@@ -333,10 +333,12 @@ class Agent:
         # a name: CallCheck.misplaced): "what's the latest appointment on saturday?" looked up the appointments
         # of "saturday" (list_appointments 0.93) and was refused, where the free times of Saturday (0.045) hold
         # the day said. A call made up of nothing said keeps the floor: "is it safe to color my hair while I'm
-        # pregnant?" checked a Friday nobody named, and the coloring's price (0.033) is no answer either.
+        # pregnant?" checked a Friday nobody named, and the coloring's price (0.033) is no answer either. A stray
+        # gives way to the request it answers however little the model weighed it: asked the name for a son's
+        # haircut, "great, put him down. it's under Carlos Mendoza" gave the booking 0.017 of a call's probability.
         misplaced = made_up and self.check.misplaced(calls, settled, messages)
         other, other_settled, unsure = self.weighed.instead_of_made_up(
-            messages, calls[0][0], cancel, least=0.0 if repeated or misplaced else FOLLOW_SHARE,
+            messages, calls[0][0], cancel, least=0.0 if repeated or misplaced or asked else FOLLOW_SHARE,
             on_latest=leaves_out or made_up or bare, only=asked, below=NAMED_SHARE if bare else None)
         return other, other_settled, (made_up or repeated or bare and unsure) and other is None
 

@@ -296,10 +296,12 @@ class CallCheck:
 
     def strays(self, settled: list, messages: list[dict]) -> str | None:
         """The tool whose call asked the caller for a detail in the agent's last answer, when a turn's one call (as
-        `settled` holds it) is of another tool that changes something, holding nothing of the caller's latest words,
-        which do not name its tool either: an answer continues the request it answers. Asked "What time today works
-        for you?" for a blow dry, "Perfect, put me down for that." cancelled (0.82 of a call's probability, the
-        booking 0.14), and the name given next was looked for among the bookings to cancel. None otherwise."""
+        `settled` holds it) is of another tool that changes something, holding nothing of the caller's latest words
+        but the detail asked for, which do not name its tool either: an answer continues the request it answers.
+        Asked "What time today works for you?" for a blow dry, "Perfect, put me down for that." cancelled (0.82 of a
+        call's probability, the booking 0.14), and the name given next was looked for among the bookings to cancel;
+        asked the name for a son's haircut, "great, put him down. it's under Carlos Mendoza" cancelled under it (0.41,
+        the booking 0.15). None otherwise."""
         if self.options.cache != "block" or len(settled) != 1 or not settled[0][0]:
             return None
         name, kept, _ = settled[0]
@@ -308,7 +310,8 @@ class CallCheck:
         if read_only(name) or asked is None or asked[0][0] == name:
             return None
         words, schemas = latest_words(messages), self.toolbox.schemas()
-        if rests_on(name, kept, schemas, [words], self.toolbox.profile) or names_tool(name, schemas, words):
+        beyond = {key: value for key, value in kept.items() if key != asked[1]}   # what the caller was not asked
+        if rests_on(name, beyond, schemas, [words], self.toolbox.profile) or names_tool(name, schemas, words):
             return None
         return asked[0][0]
 

@@ -58,6 +58,16 @@ def test_a_goodbye_in_other_words_is_not_handed_to_the_staff_nor_read_the_hours_
     assert calls(turn) == [("transfer_to_human", {})], turn.reply
 
 
+def test_a_name_given_when_asked_for_books_though_the_words_sound_like_a_cancellation(brain):
+    # asked the name for a son's haircut, "great, put him down. it's under Carlos Mendoza" cancelled under that
+    # name (0.81 of a call's probability, the booking 0.017): the caller heard there was no such appointment
+    agent = agent_for(brain)
+    agent.respond("my son needs a haircut, do you have saturday at 11?")
+    turn = agent.respond("great, put him down. it's under Carlos Mendoza")
+    assert [(name, args["name"]) for name, args in calls(turn)] == [("book_appointment", "Carlos Mendoza")], turn.reply
+    assert "booked" in turn.reply
+
+
 def test_a_call_made_up_whole_gives_way_to_the_one_the_model_weighed_next(brain):
     # the model checked the free times of a day and a time nobody named (check_availability 0.44), a call made up
     # whole, and the caller heard "I'm sorry, I can't help with that." (Weighed.instead_of_made_up)

@@ -220,6 +220,26 @@ def test_a_detail_not_asked_for_before_or_asked_for_a_call_the_answer_changed_is
 
 
 @pytest.mark.parametrize("said, tool", [
+    ("great, put him down. it's under Carlos Mendoza", "book_appointment"),   # the name asked for, given
+    ("actually cancel my appointment instead, it's Carlos Mendoza", "cancel_appointment"),   # named
+])
+def test_the_detail_asked_for_continues_the_request_however_little_the_model_weighs_it(said, tool):
+    # asked the name for a son's haircut, "great, put him down. it's under Carlos Mendoza" cancelled under that
+    # name (0.81 of a call's probability, the booking 0.017)
+    lacking = {"day": "friday", "time": "10:00", "service": "haircut"}
+    engine = Torn({"cancel_appointment": 0.81, "book_appointment": 0.017},
+                  own=format_tool_call("cancel_appointment", {"name": "Carlos Mendoza"}),
+                  forced=format_tool_call("book_appointment", {"name": "Carlos Mendoza"} | lacking))
+    agent = agent_after(engine)
+    agent.messages = [{"role": "user", "content": "my son needs a haircut, do you have friday at 10?"},
+                      {"role": "assistant", "content": format_tool_call("book_appointment", lacking)},
+                      tool_message("book_appointment", missing_result(["name"])),
+                      {"role": "assistant", "content": "Can I have your name, please?"}]
+    turn = agent.respond(said)
+    assert [(c.name, c.arguments["name"]) for c in turn.tool_calls] == [(tool, "Carlos Mendoza")]
+
+
+@pytest.mark.parametrize("said, tool", [
     ("perfect, put me down for that", "check_availability"),   # the booking asked again: its free times
     ("actually, just cancel it", "cancel_appointment"),        # the words name the cancellation
 ])
