@@ -13,13 +13,14 @@ import threading
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 
+from app.agent.given_way import GivenWay
 from app.agent.meant import CallCheck
 from app.agent.options import AgentOptions
 from app.agent.protocol import (TOOL_CALL_OPEN, ToolCall, TurnResult, forget_message, format_tool_call,
                                 parse_tool_calls, retract_last_user_turn, tool_message)
 from app.agent.said import missing_result
 from app.agent.speech_filter import SpeechFilter
-from app.agent.weighed import FOLLOW_SHARE, NAMED_SHARE, Weighed
+from app.agent.weighed import Weighed
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +63,7 @@ class Agent:
         self.options = options
         self.check = CallCheck(engine, toolbox, options)  # what the model meant by its calls, and what they lack
         self.weighed = Weighed(self.check)  # calls the model weighed but would not make, made when asked for
+        self.given_way = GivenWay(self.check, self.weighed)  # calls that give way, and to what
         self.messages: list[dict] = []   # the dialogue so far, system excluded
         self._first = 0                  # with max_history_turns 0, the first message the prompt keeps (prompt)
         self._lock = threading.Lock()    # respond and truncate_last_reply come from different threads
@@ -199,7 +201,7 @@ class Agent:
             if gen.stopped == "cancelled" or not calls:
                 break
             settled = step.settled = self.check.settled(calls, gen, messages, spent=step.probes)
-            other, other_settled, in_words = self._given_way(calls, spoken, settled, messages, cancel)
+            other, other_settled, in_words = self.given_way(calls, spoken, settled, messages, cancel)
             if in_words:
                 lacking = True   # answered in words, from the same prompt (as `respond` does)
                 continue
@@ -268,7 +270,7 @@ class Agent:
                 turn.count(probe)
             if calls and not spoken:
                 messages = messages or self.prompt()   # the checks of its calls read the caller's latest words
-            other, other_settled, in_words = self._given_way(calls, spoken, settled, messages, cancel)
+            other, other_settled, in_words = self.given_way(calls, spoken, settled, messages, cancel)
             if in_words:
                 lacking = True   # no call: the model answers in words, from the same prompt
                 continue
@@ -305,42 +307,6 @@ class Agent:
                     on_tool(call)
         log.warning("tool rounds exhausted after %d calls", len(turn.tool_calls))
         return turn
-
-    def _given_way(self, calls, spoken: str, settled, messages: list[dict], cancel):
-        """A generation that is calls alone gives way when every call is made up (CallCheck.made_up), or its one
-        call leaves out the clock time the caller just gave (CallCheck.leaves_out_a_time), is the agent's last
-        look-up again (CallCheck.repeats_last), strays from the request the agent just asked a detail of
-        (CallCheck.strays) or is of a tool that takes no details, unnamed by the caller's words and written with
-        less than NAMED_SHARE of a call's probability (CallCheck.unnamed_bare): to the call of the tool the model
-        weighed next (Weighed.instead_of_made_up; for a stray, the asked request's), or, where the model weighed
-        none, to an answer in words for a made-up call, a look-up again or a bare call the model was unsure of.
-        -> (that generation, its calls as settled, whether the turn answers in words); (None, None, False) when
-        the calls stand."""
-        if spoken or not calls:
-            return None, None, False
-        made_up = self.check.made_up(calls, settled, messages)
-        leaves_out = not made_up and self.check.leaves_out_a_time(settled, messages)
-        repeated = not made_up and self.check.repeats_last(settled, messages)
-        bare = not (made_up or leaves_out or repeated) and self.check.unnamed_bare(settled, messages)
-        asked = None if made_up or leaves_out or repeated or bare else self.check.strays(settled, messages)
-        if not (made_up or leaves_out or repeated or bare or asked):
-            return None, None, False
-        # NOTE: the last answer's look-up again would only say that again: "9:30 then" after Friday's opening
-        # hours read them again (check_availability 0.009 of a call's probability), and so did "ok let's do the
-        # 2 o'clock" (0.03). It gives way to whichever tool the model weighed next, however little, that holds the
-        # time; with no time said, one that holds a detail the conversation says ("the morning": Thursday's free
-        # times). So does a made-up call that wrote a detail the caller just said where it cannot stand (a day as
-        # a name: CallCheck.misplaced): "what's the latest appointment on saturday?" looked up the appointments
-        # of "saturday" (list_appointments 0.93) and was refused, where the free times of Saturday (0.045) hold
-        # the day said. A call made up of nothing said keeps the floor: "is it safe to color my hair while I'm
-        # pregnant?" checked a Friday nobody named, and the coloring's price (0.033) is no answer either. A stray
-        # gives way to the request it answers however little the model weighed it: asked the name for a son's
-        # haircut, "great, put him down. it's under Carlos Mendoza" gave the booking 0.017 of a call's probability.
-        misplaced = made_up and self.check.misplaced(calls, settled, messages)
-        other, other_settled, unsure = self.weighed.instead_of_made_up(
-            messages, calls[0][0], cancel, least=0.0 if repeated or misplaced or asked else FOLLOW_SHARE,
-            on_latest=leaves_out or made_up or bare, only=asked, below=NAMED_SHARE if bare else None)
-        return other, other_settled, (made_up or repeated or bare and unsure) and other is None
 
     def _lacking_result(self, name: str, arguments: dict, missing: list[str]) -> dict:
         """What a call that lacks details returns to the model instead of running: the toolbox's refusal of a

@@ -256,7 +256,7 @@ class CallCheck:
         an optician, after "I need an eye exam, what do you have this week?" and "thursday afternoon?" had read the
         opening hours, "2:30" read Thursday's hours again (business_info 0.84 of a call's probability,
         check_availability 0.10), and the name given next drew a greeting. Such a call gives way to the tool the
-        model weighed next when that one holds the time (app.agent.weighed.Weighed.instead_of_made_up)."""
+        model weighed next when that one holds the time (app.agent.given_way.GivenWay.instead_of_made_up)."""
         if self.options.cache != "block" or len(settled) != 1 or not settled[0][0]:
             return False
         name, kept, _ = settled[0]
@@ -272,7 +272,7 @@ class CallCheck:
         after the caller's own haircut was booked, was handed to the staff (transfer_to_human 0.52 of a call's
         probability, book_appointment 0.29). Such a call gives way to the tool the model weighed next when the
         model was unsure of it and that one holds a detail the caller's latest words say
-        (app.agent.weighed.Weighed.instead_of_made_up with `below`)."""
+        (app.agent.given_way.GivenWay.instead_of_made_up with `below`)."""
         if self.options.cache != "block" or len(settled) != 1 or not settled[0][0]:
             return False
         name, schemas = settled[0][0], self.toolbox.schemas()

@@ -9,10 +9,10 @@ grammar and `CallCheck.settled` like any other (app.agent.meant):
   (`asked_of_a_service`), a tool's topic (`named_topic`);
 - a turn that names what a tool taking no details does is answered by that tool, when the model would call it
   were it to call at all (`Weighed.named_tool`);
-- a call made up whole (nothing in it said) gives way to the call of the tool the model weighed next, when that
-  one holds a detail the caller's latest words say (`Weighed.instead_of_made_up`);
 - a turn that completes the call the model weighs most (a name given after "Would you like me to book it?") is
   answered by that call (`Weighed.completed`).
+A call made up whole gives way to the call of the tool the model weighed next, which `Weighed.one_call` writes
+(app.agent.given_way).
 """
 import logging
 import time
@@ -63,15 +63,6 @@ NAMED_SHARE = 0.75
 GIVEN_SHARE = 0.2
 COMPLETED_SHARE = 0.5
 
-# An unasked call of a tool that takes no details gives way to the first of this many next tools, the most weighed
-# first, whose call holds what the caller's latest words say (`Weighed.instead_of_made_up` with `below`).
-UNASKED_TRIED = 3
-# Such a call that gives way to none of them is answered in words when the model wrote it with less than this much
-# of its probability, a call's times the tool's share of a call: after Friday's opening hours, "ok great, thanks so
-# much, talk to you later" was handed to the staff (a call 0.56, the transfer 0.17 of it: 0.10; as a first turn
-# 0.04), while "can I just talk to somebody who works there please" gave it 0.54, "is there anybody there I could
-# talk to" 0.51 and "I need help" 0.25 (2026-12-07).
-UNASKED_CALL_SHARE = 0.2
 
 
 def _a_question(messages: list[dict]) -> bool:
@@ -99,7 +90,7 @@ class Weighed:
         self.engine, self.toolbox, self.options = check.engine, check.toolbox, check.options
 
     @cached_property
-    def _names(self) -> tuple[list[int], dict[str, list[int]]]:
+    def names(self) -> tuple[list[int], dict[str, list[int]]]:
         """A call's opening up to its tool's name (`<tool_call>{"name":"`, as ids), and per tool whose name begins
         with a token of its own after it, the opening and the name: the model's share of a call's probability on
         that tool is its probability at that first token (the tools' names begin with different tokens)."""
@@ -206,7 +197,7 @@ class Weighed:
         if probabilities is None or not messages or messages[-1]["role"] != "user":
             return None, time.perf_counter() - started
         said = set(SENTENCE_WORDS.findall(messages[-1]["content"].lower()))
-        opening, names = self._names
+        opening, names = self.names
         named = [s["name"] for s in self.toolbox.schemas()
                  if s["name"] in names and not s["parameters"].get("properties") and said & description_words(s)]
         if not named or float(probabilities(messages, [])[opening[0]]) >= CALL_SHARE:
@@ -217,7 +208,7 @@ class Weighed:
             share = float(shares[written[len(opening)]])
             if share < NAMED_SHARE:
                 continue
-            gen, settled = self._one_call(messages, replies, cancel, written)
+            gen, settled = self.one_call(messages, replies, cancel, written)
             if settled and settled[0][0] == name and not settled[0][2]:
                 log.debug("a tool named by what it does (share %.3f): %r", share, gen.text)
                 gen.seconds = time.perf_counter() - started
@@ -239,7 +230,7 @@ class Weighed:
         probabilities = getattr(self.engine, "next_token_probabilities", None)
         if probabilities is None or not messages or messages[-1]["role"] != "user":
             return None, time.perf_counter() - started
-        opening, names = self._names
+        opening, names = self.names
         called = float(probabilities(messages, [])[opening[0]])
         if not FOLLOW_SHARE <= called < CALL_SHARE:
             return None, time.perf_counter() - started  # the model calls on its own, or does not weigh a call
@@ -247,7 +238,7 @@ class Weighed:
         share, name, written = max((float(shares[w[len(opening)]]), n, w) for n, w in names.items())
         if share < COMPLETED_SHARE:
             return None, time.perf_counter() - started
-        gen, settled = self._one_call(messages, replies, cancel, written)
+        gen, settled = self.one_call(messages, replies, cancel, written)
         seconds = time.perf_counter() - started
         schemas = self.toolbox.schemas()
         if not settled or settled[0][0] != name:
@@ -269,65 +260,7 @@ class Weighed:
         gen.seconds = seconds
         return gen, seconds
 
-    def instead_of_made_up(self, messages: list[dict], made_up: str, cancel, least: float = FOLLOW_SHARE,
-                           on_latest: bool = True, only: str | None = None,
-                           below: float | None = None) -> tuple[object | None, list, bool]:
-        """The call of the tool the model weighed next after `made_up` (the tool of a call whose details nobody
-        said: CallCheck.made_up; or of one that leaves out the time the caller gave: CallCheck.leaves_out_a_time),
-        when the model gave it at least `least` of a call's probability and the call it writes holds a detail
-        the caller's latest words say (app.agent.said.rests_on; with on_latest False, one the conversation says)
-        and is not made up too (with `only`, that tool or none):
-        "how much for a haircut and a beard trim together?" had the model check the free times of a day and a time
-        nobody named (check_availability 0.44), and the caller heard "I'm sorry, I can't help with that."; its next
-        tool, business_info (0.25), reads the haircut's price. The generation, its call as `CallCheck.settled`
-        holds it, and True; (None, [], whether the model answers in words instead) otherwise. With `below`, only
-        when the model gave `made_up` less than that share of a call's probability (it was unsure; else, and where
-        the share cannot be read, the call stands), and the first of the next UNASKED_TRIED tools whose call holds a
-        detail or a topic the latest words name; where none does, the turn is answered in words when the model
-        wrote `made_up` with less than UNASKED_CALL_SHARE of its probability."""
-        started = time.perf_counter()
-        probabilities = getattr(self.engine, "next_token_probabilities", None)
-        replies = None if probabilities is None else self.check.reply_grammar(messages)
-        if replies is None or not messages or messages[-1]["role"] != "user":
-            return None, [], below is None
-        opening, names = self._names
-        shares = probabilities(messages, opening)
-        gave_way = names.get(made_up, [])[len(opening):len(opening) + 1]  # the made-up tool's first token
-        if below is not None and (not gave_way or float(shares[gave_way[0]]) >= below):
-            return None, [], False
-        weighed = [(float(shares[written[len(opening)]]), name, written) for name, written in names.items()
-                   if written[len(opening)] not in gave_way and only in (None, name)]
-        if not weighed or max(weighed)[0] < least:
-            return None, [], self._barely(messages, shares, gave_way, below)
-        # an unasked bare call (`below`) gives way to the most weighed of the next few tools whose call holds what
-        # the latest words name of it, a detail said or its topic: "Okay never mind what's the address.", heard with
-        # no question mark, was transferred (0.47), list_appointments 0.21, business_info 0.17
-        tried = sorted(weighed, reverse=True)[:1 if below is None else UNASKED_TRIED]
-        for share, name, written in (t for t in tried if t[0] >= least):
-            gen, settled = self._one_call(messages, replies, cancel, written)
-            calls = [(n, arguments) for n, arguments, _ in settled]
-            rests = settled and (self._rests(name, settled[0][1], messages, on_latest)
-                                 or below is not None and self._names_its_topic(name, settled[0][1], messages))
-            if not settled or settled[0][0] != name or self.check.made_up(calls, settled, messages) or not rests:
-                log.debug("the call weighed after a made-up %s holds nothing said (share %.3f): %r", made_up, share,
-                          gen and gen.text)
-                continue
-            log.debug("the call weighed after a made-up %s (share %.3f): %r", made_up, share, gen.text)
-            gen.seconds = time.perf_counter() - started
-            return gen, settled, True
-        return None, [], self._barely(messages, shares, gave_way, below)
-
-    def _barely(self, messages: list[dict], shares, gave_way: list[int], below: float | None) -> bool:
-        """Whether a call that gave way to no other is answered in words: always, unless it is an unasked bare
-        call (`below`), whose tool (first token `gave_way`, its share of a call in `shares`) the model wrote with
-        less than UNASKED_CALL_SHARE of its probability. One pass over the prompt's last token for such a call."""
-        if below is None:
-            return True
-        opening, _ = self._names
-        called = float(self.engine.next_token_probabilities(messages, [])[opening[0]])
-        return called * float(shares[gave_way[0]]) < UNASKED_CALL_SHARE
-
-    def _rests(self, name: str, arguments: dict, messages: list[dict], on_latest: bool) -> bool:
+    def rests(self, name: str, arguments: dict, messages: list[dict], on_latest: bool) -> bool:
         """Whether a call holds a detail the caller's latest words say (app.agent.said.rests_on); with on_latest
         False, one their words say anywhere in the conversation, and none that only the agent said: after the
         opening hours, "that one's fine" had a booking weighed at 0.001 take 4:00 PM, the closing time of another
@@ -339,7 +272,7 @@ class Weighed:
         return rests_on(name, arguments, schemas, [m["content"] for m in callers], profile) and \
             not unsaid(name, arguments, schemas, callers, profile)
 
-    def _names_its_topic(self, name: str, arguments: dict, messages: list[dict]) -> bool:
+    def names_its_topic(self, name: str, arguments: dict, messages: list[dict]) -> bool:
         """Whether a call of tool `name` holds a topic the caller's latest words alone name (`_topics_named`)."""
         named = _topics_named(self.toolbox.schemas(), Said([latest_words(messages)], self.toolbox.profile))
         return any(tool == name and arguments.get(key) == value for tool, key, value in named)
@@ -348,12 +281,12 @@ class Weighed:
         """The model's reply to `messages` written as a call of tool `name`, when the model, opening its reply
         with a call (CALL_SHARE), weighed that tool but preferred another: at least FOLLOW_SHARE of its
         probability on the first token of the tool's name (the tools' names begin with different tokens), not
-        the most. The generation, its call as `CallCheck.settled` holds it (`_one_call`; [] unless it is one call of
+        the most. The generation, its call as `CallCheck.settled` holds it (`one_call`; [] unless it is one call of
         `name`), and that share; (None, [], share) when the model called it on its own or did not weigh it."""
         probabilities = getattr(self.engine, "next_token_probabilities", None)
         if probabilities is None:
             return None, [], 0.0
-        opening, names = self._names
+        opening, names = self.names
         written = names.get(name)
         if written is None or float(probabilities(messages, [])[opening[0]]) < CALL_SHARE:
             return None, [], 0.0
@@ -361,7 +294,7 @@ class Weighed:
         share = float(shares[written[len(opening)]])
         if share < FOLLOW_SHARE or share >= float(shares.max()):
             return None, [], share
-        gen, settled = self._one_call(messages, replies, cancel, written)
+        gen, settled = self.one_call(messages, replies, cancel, written)
         return gen, [call for call in settled if call[0] == name], share
 
     def asked_of_a_service(self, messages: list[dict], replies, cancel) -> tuple[object | None, float]:
@@ -381,7 +314,7 @@ class Weighed:
         opening = self.engine.tokenizer.encode(TOOL_CALL_OPEN, add_special_tokens=False).ids
         if not named or float(probabilities(messages)[opening[0]]) >= CALL_SHARE:
             return None, time.perf_counter() - started  # no service named, or the model calls on its own
-        gen, settled = self._one_call(messages, replies, cancel, opening)
+        gen, settled = self.one_call(messages, replies, cancel, opening)
         seconds = time.perf_counter() - started
         values = settled[0][1].values() if settled else ()
         if not {getattr(profile.service(v), "name", None) for v in values if isinstance(v, str)} & named.keys():
@@ -391,7 +324,7 @@ class Weighed:
         gen.seconds = seconds
         return gen, seconds
 
-    def _one_call(self, messages: list[dict], replies, cancel, written: list[int]) -> tuple[object | None, list]:
+    def one_call(self, messages: list[dict], replies, cancel, written: list[int]) -> tuple[object | None, list]:
         """The model's reply to `messages` that begins with the tokens `written` (a call's opening), under the
         reply grammar, and its one call as `CallCheck.settled` holds it ([] for a reply that is not one call
         alone, or was cancelled); (None, []) when the grammar does not take `written`."""

@@ -49,7 +49,7 @@ def test_a_goodbye_in_other_words_is_not_handed_to_the_staff_nor_read_the_hours_
     # after Friday's hours, the model handed "talk to you later" to the staff (a call 0.56 of its probability, the
     # transfer 0.17 of a call's), no other call holding anything said, and read Friday's hours again for "have a
     # nice evening"; a request for a person, as unsure of its tool (0.61 of a call's), is written with 0.54 of the
-    # model's probability (Weighed.instead_of_made_up)
+    # model's probability (GivenWay.instead_of_made_up)
     agent = agent_for(brain)
     agent.respond("what time do you close on friday?")
     turn = agent.respond(goodbye)
@@ -70,7 +70,7 @@ def test_a_name_given_when_asked_for_books_though_the_words_sound_like_a_cancell
 
 def test_a_call_made_up_whole_gives_way_to_the_one_the_model_weighed_next(brain):
     # the model checked the free times of a day and a time nobody named (check_availability 0.44), a call made up
-    # whole, and the caller heard "I'm sorry, I can't help with that." (Weighed.instead_of_made_up)
+    # whole, and the caller heard "I'm sorry, I can't help with that." (GivenWay.instead_of_made_up)
     turn = agent_for(brain).respond("how much for a haircut and a beard trim together?")
     assert [name for name, _ in calls(turn)] == ["business_info"] and "$" in turn.reply, turn.reply
 

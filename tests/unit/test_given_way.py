@@ -1,4 +1,4 @@
-"""A turn's calls that give way (app.agent.loop.Agent._given_way) and a detail asked for again (CallCheck.offered).
+"""A turn's calls that give way (app.agent.given_way.GivenWay) and a detail asked for again (CallCheck.offered).
 
 A call made up whole gives way to the tool the model weighed next, or to an answer in words; one that leaves out
 the clock time the caller gave, or repeats the agent's last look-up for words that say nothing of it, gives way to

@@ -1,4 +1,4 @@
-"""A block engine double for the agent's weighing of calls (app.agent.weighed, app.agent.loop.Agent._given_way):
+"""A block engine double for the agent's weighing of calls (app.agent.weighed, app.agent.given_way.GivenWay):
 it opens every reply with a call and gives each tool the share of a call's probability a test names, and an agent
 after one answered question on it."""
 from datetime import datetime
