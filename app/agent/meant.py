@@ -300,8 +300,8 @@ class CallCheck:
         but the detail asked for, which do not name its tool either: an answer continues the request it answers.
         Asked "What time today works for you?" for a blow dry, "Perfect, put me down for that." cancelled (0.82 of a
         call's probability, the booking 0.14), and the name given next was looked for among the bookings to cancel;
-        asked the name for a son's haircut, "great, put him down. it's under Carlos Mendoza" cancelled under it (0.41,
-        the booking 0.15). None otherwise."""
+        asked the name for a son's haircut, "great, put him down. it's under Carlos Mendoza" cancelled under it (0.81,
+        the booking 0.017). None otherwise."""
         if self.options.cache != "block" or len(settled) != 1 or not settled[0][0]:
             return None
         name, kept, _ = settled[0]
