@@ -58,10 +58,10 @@ class GivenWay:
         # gives way to the request it answers however little the model weighed it: asked the name for a son's
         # haircut, "great, put him down. it's under Carlos Mendoza" gave the booking 0.017 of a call's probability.
         misplaced = made_up and self.check.misplaced(calls, settled, messages)
-        other, other_settled, unsure = self.instead_of_made_up(
+        other, other_settled, in_words = self.instead_of_made_up(
             messages, calls[0][0], cancel, least=0.0 if repeated or misplaced or asked else FOLLOW_SHARE,
             on_latest=leaves_out or made_up or bare, only=asked, below=NAMED_SHARE if bare else None)
-        return other, other_settled, (made_up or repeated or bare and unsure) and other is None
+        return other, other_settled, (made_up or repeated or bare and in_words) and other is None
 
     def instead_of_made_up(self, messages: list[dict], made_up: str, cancel, least: float = FOLLOW_SHARE,
                            on_latest: bool = True, only: str | None = None,
@@ -75,10 +75,10 @@ class GivenWay:
         nobody named (check_availability 0.44), and the caller heard "I'm sorry, I can't help with that."; its next
         tool, business_info (0.25), reads the haircut's price. The generation, its call as `CallCheck.settled`
         holds it, and True; (None, [], whether the model answers in words instead) otherwise. With `below`, only
-        when the model gave `made_up` less than that share of a call's probability (it was unsure; else, and where
-        the share cannot be read, the call stands), and the first of the next UNASKED_TRIED tools whose call holds a
-        detail or a topic the latest words name; where none does, the turn is answered in words when the model
-        wrote `made_up` with less than UNASKED_CALL_SHARE of its probability."""
+        when the model gave `made_up` less than that share of a call's probability (it was unsure; else the call
+        stands), and the first of the next UNASKED_TRIED tools whose call holds a detail or a topic the latest words
+        name; where none does, the turn is answered in words when the model wrote `made_up` with less than
+        UNASKED_CALL_SHARE of its probability (`_barely`)."""
         started = time.perf_counter()
         probabilities = getattr(self.engine, "next_token_probabilities", None)
         replies = None if probabilities is None else self.check.reply_grammar(messages)
@@ -87,7 +87,7 @@ class GivenWay:
         opening, names = self.weighed.names
         shares = probabilities(messages, opening)
         gave_way = names.get(made_up, [])[len(opening):len(opening) + 1]  # the made-up tool's first token
-        if below is not None and (not gave_way or float(shares[gave_way[0]]) >= below):
+        if below is not None and gave_way and float(shares[gave_way[0]]) >= below:
             return None, [], False
         weighed = [(float(shares[written[len(opening)]]), name, written) for name, written in names.items()
                    if written[len(opening)] not in gave_way and only in (None, name)]
@@ -114,9 +114,12 @@ class GivenWay:
     def _barely(self, messages: list[dict], shares, gave_way: list[int], below: float | None) -> bool:
         """Whether a call that gave way to no other is answered in words: always, unless it is an unasked bare
         call (`below`), whose tool (first token `gave_way`, its share of a call in `shares`) the model wrote with
-        less than UNASKED_CALL_SHARE of its probability. One pass over the prompt's last token for such a call."""
+        less than UNASKED_CALL_SHARE of its probability (where that share cannot be read, the call stands). One pass
+        over the prompt's last token for such a call."""
         if below is None:
             return True
+        if not gave_way:
+            return False
         opening, _ = self.weighed.names
         called = float(self.engine.next_token_probabilities(messages, [])[opening[0]])
         return called * float(shares[gave_way[0]]) < UNASKED_CALL_SHARE
