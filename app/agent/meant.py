@@ -343,4 +343,4 @@ class CallCheck:
             return None
         schemas = [] if speech_only else held(self.toolbox.schemas(), messages, self.toolbox.profile)
         return schema_grammar.grammar_for(tokenizer, schemas, self.engine.special.stop,
-                                          self.engine.model.args.vocab_size)
+                                          self.engine.model.args.vocab_size, spoken=True)

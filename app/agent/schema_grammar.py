@@ -2,7 +2,9 @@
 
     reply  := (call | speech) stop
     call   := "<tool_call>" {"name": <one tool's name>, "arguments": <that tool's parameters>} "</tool_call>"
-    speech := text that does not start with "<" and never holds "<tool_call>" (free: only calls are constrained)
+    speech := text that does not start with "<" and never holds "<tool_call>" (free: only calls are constrained);
+              spoken (the agent's replies, read aloud and shown as the call's transcript): no comma directly before
+              a letter either
 
 llguidance compiles the grammar (Lark, with the calls' JSON schema inlined) into a mask over the tokenizer's
 byte-level tokens, so a token may end inside a JSON string or inside a UTF-8 character and the mask stays exact:
@@ -60,10 +62,14 @@ def closed_schema(schema):
     return out
 
 
-def reply_lark(schemas: list[dict], call_required: bool = False) -> str:
+def reply_lark(schemas: list[dict], call_required: bool = False, spoken: bool = False) -> str:
     """The reply grammar in llguidance's Lark syntax, for tools given as {"name", "parameters"} schemas;
-    call_required: the reply is a call (an API's tool_choice "required")."""
+    call_required: the reply is a call (an API's tool_choice "required"); spoken: the speech is prose, whose comma
+    a space follows before any word (a name the caller gave in lower case, "ski", was copied token for token:
+    "You're all set,ski.")."""
     speech = f"SPEECH: /[^<](?s:.)*/ & ~/(?s:.*){re.escape(TOOL_CALL_OPEN)}(?s:.*)/"
+    if spoken:
+        speech += r" & ~/(?s:.*),\p{L}(?s:.*)/"
     if not schemas:
         return f"start: SPEECH\n{speech}\n"
     calls = {"anyOf": [{"type": "object", "properties": {"name": {"const": s["name"]},
@@ -83,14 +89,15 @@ class ReplyGrammar:
     """
 
     def __init__(self, tokenizer, schemas: list[dict], stop_ids: tuple[int, ...], vocab_size: int,
-                 call_required: bool = False):
+                 call_required: bool = False, spoken: bool = False):
         if vocab_size < tokenizer.get_vocab_size():
             raise ValueError(f"vocab_size {vocab_size} is smaller than the tokenizer's {tokenizer.get_vocab_size()}")
         if not stop_ids or not all(0 <= i < vocab_size for i in stop_ids):
             raise ValueError(f"stop_ids must be ids below vocab_size {vocab_size}, got {stop_ids!r}")
         self.vocab_size, self.stop_ids = vocab_size, tuple(stop_ids)
         ll_tokenizer = _ll_tokenizer(tokenizer, vocab_size, self.stop_ids)
-        self._matcher = llguidance.LLMatcher(ll_tokenizer, reply_lark(schemas, call_required), log_level=0)
+        self._matcher = llguidance.LLMatcher(ll_tokenizer, reply_lark(schemas, call_required, spoken),
+                                           log_level=0)
         if self._matcher.is_error():
             raise ValueError(f"the tools' schemas do not compile to a grammar: {self._matcher.get_error()}")
 
@@ -111,16 +118,16 @@ def _ll_tokenizer(tokenizer, vocab_size: int, stop_ids: tuple[int, ...]) -> llgu
 
 
 def grammar_for(tokenizer, schemas: list[dict], stop_ids: tuple[int, ...], vocab_size: int,
-                call_required: bool = False) -> ReplyGrammar:
+                call_required: bool = False, spoken: bool = False) -> ReplyGrammar:
     """The reply grammar of `schemas` for `tokenizer`, compiled once per combination (an agent is made per session)."""
     # the key order is the grammar's
-    return _grammar_for(tokenizer, json.dumps(schemas), tuple(stop_ids), vocab_size, call_required)
+    return _grammar_for(tokenizer, json.dumps(schemas), tuple(stop_ids), vocab_size, call_required, spoken)
 
 
 @lru_cache(maxsize=64)
 def _grammar_for(tokenizer, schemas_json: str, stop_ids: tuple[int, ...], vocab_size: int,
-                 call_required: bool) -> ReplyGrammar:
-    return ReplyGrammar(tokenizer, json.loads(schemas_json), stop_ids, vocab_size, call_required)
+                 call_required: bool, spoken: bool) -> ReplyGrammar:
+    return ReplyGrammar(tokenizer, json.loads(schemas_json), stop_ids, vocab_size, call_required, spoken)
 
 
 class ReplyMatcher:

@@ -228,3 +228,13 @@ def test_grammar_for_compiles_once_per_tokenizer_tools_and_vocabulary(tokenizer,
     first = grammar_for(tokenizer, SCHEMAS, stop_ids, vocab_size)
     assert grammar_for(tokenizer, json.loads(json.dumps(SCHEMAS)), list(stop_ids), vocab_size) is first
     assert grammar_for(tokenizer, SCHEMAS[:1], stop_ids, vocab_size) is not first
+
+
+def test_spoken_speech_puts_a_space_between_a_comma_and_a_word(tokenizer, stop_ids, vocab_size):
+    # a name the caller gave in lower case was copied token for token: "You're all set,ski."
+    spoken = ReplyGrammar(tokenizer, [], stop_ids, vocab_size, spoken=True)
+    plain = ReplyGrammar(tokenizer, [], stop_ids, vocab_size)
+    for text, takes_spoken in [("You're all set,ski.", False), ("Thanks,Élodie.", False),
+                               ("You're all set, ski.", True), ("A color is $1,200, or 90 minutes.", True)]:
+        assert takes(spoken, tokenizer, text) == takes_spoken, text
+        assert takes(plain, tokenizer, text), text
