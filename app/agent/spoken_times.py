@@ -108,9 +108,22 @@ def _hour(words: list[str], i: int) -> tuple[int, int, int] | None:
         minute = _number(words, i + 1, 59)
         if minute and minute[0] >= 10:
             return hour, minute[0], 1 + minute[1]
-    if not w.isdigit() and (nxt == "of" or i and (words[i - 1] in _NOT_A_TIME_BEFORE or _superlative(words[i - 1]))):
-        return None  # a bare "one" in "the later one", "that one", "one of those", "the earliest one": a choice
+    if not w.isdigit() and (nxt == "of" or i and _choosing(words[i - 1]) or _chosen_by(words, i)):
+        # a bare "one" in "the later one", "that one", "one of those", "the earliest one", "the saturday one": a choice
+        return None
     return hour, 0, 1
+
+
+def _chosen_by(words: list[str], i: int) -> bool:
+    """Whether the word hour at words[i] is a choice two words on from a word that picks one ("the saturday one",
+    "that early one"), with no hour's part of the day after it ("this friday one pm" is a time)."""
+    return (i > 1 and _choosing(words[i - 2]) and words[i - 1].isalpha() and words[i - 1] not in _AT_A_TIME
+            and _part_of_day(words, i + 1) is None)
+
+
+def _choosing(word: str) -> bool:
+    """Whether `word` picks one of several, as "the", "that", "other" and superlatives do."""
+    return word in _NOT_A_TIME_BEFORE or _superlative(word)
 
 
 def _superlative(word: str) -> bool:

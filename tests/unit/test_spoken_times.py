@@ -29,6 +29,10 @@ from app.training.dialogues.phrases import time_forms
     ("The later one, please.", set()),                   # a choice, not a time
     ("That one works, one of those.", set()),
     ("I'll take the earliest one.", set()),              # a superlative's choice: it checked 1:00 PM
+    ("yeah, cancel the saturday one please", set()),     # a choice named by its day: it cancelled at 1:00 PM
+    ("That early one works.", set()),
+    ("this friday one pm", {"13:00"}),                   # an hour's part of the day after it: a time
+    ("saturday at one", {"01:00", "13:00"}),
     ("The soonest one, at one.", {"01:00", "13:00"}),
     ("A one o'clock appointment.", {"01:00", "13:00"}),
     ("The nearest free times are 9:00 AM and 10:30 AM.", {"09:00", "10:30"}),
