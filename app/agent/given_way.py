@@ -100,8 +100,9 @@ class GivenWay:
         for share, name, written in (t for t in tried if t[0] >= least):
             gen, settled = self.weighed.one_call(messages, replies, cancel, written)
             calls = [(n, arguments) for n, arguments, _ in settled]
-            rests = settled and (self.weighed.rests(name, settled[0][1], messages, on_latest)
-                                 or below is not None and self.weighed.names_its_topic(name, settled[0][1], messages))
+            details = {} if not settled else settled[0][1] if below is None else self._offered(settled[0][1])
+            rests = settled and (self.weighed.rests(name, details, messages, on_latest)
+                                 or below is not None and self.weighed.names_its_topic(name, details, messages))
             if not settled or settled[0][0] != name or self.check.made_up(calls, settled, messages) or not rests:
                 log.debug("the call weighed after a made-up %s holds nothing said (share %.3f): %r", made_up, share,
                           gen and gen.text)
@@ -110,6 +111,15 @@ class GivenWay:
             gen.seconds = time.perf_counter() - started
             return gen, settled, True
         return None, [], self._barely(messages, shares, gave_way, below)
+
+    def _offered(self, arguments: dict) -> dict:
+        """A call's arguments less a service the business does not offer, which says nothing an unasked bare call
+        should give way to: "the gears are still skipping, I wanna talk to the mechanic who worked on it" was handed
+        to the staff (a call 0.66, the transfer 0.58 of it), then given way to a booking of "skipping" (0.16), and the
+        caller heard "We don't offer skipping"."""
+        profile = self.weighed.toolbox.profile
+        return {key: value for key, value in arguments.items()
+                if key != "service" or not isinstance(value, str) or profile.service(value) is not None}
 
     def _barely(self, messages: list[dict], shares, gave_way: list[int], below: float | None) -> bool:
         """Whether a call that gave way to no other is answered in words: always, unless it is an unasked bare

@@ -267,17 +267,21 @@ class CallCheck:
             not rests_on(name, kept, schemas, [words], self.toolbox.profile)
 
     def unnamed_bare(self, settled: list, messages: list[dict]) -> bool:
-        """Whether a turn's one call is of a tool that takes no details (a transfer, hanging up) whose description
-        the caller's latest words do not name (`names_tool`): "and my wife wants one too, same time, Leila Haddad",
-        after the caller's own haircut was booked, was handed to the staff (transfer_to_human 0.52 of a call's
-        probability, book_appointment 0.29). Such a call gives way to the tool the model weighed next when the
-        model was unsure of it and that one holds a detail the caller's latest words say
-        (app.agent.given_way.GivenWay.instead_of_made_up with `below`)."""
+        """Whether a turn's one call is of a tool that takes no details (a transfer, hanging up), or written with
+        none of a tool that needs some, whose description the caller's latest words do not name (`names_tool`):
+        "and my wife wants one too, same time, Leila Haddad", after the caller's own haircut was booked, was handed
+        to the staff (transfer_to_human 0.52 of a call's probability, book_appointment 0.29); "what's the address
+        again, I always forget", after a booking, looked the appointments up with no name, and the caller was asked
+        for one. Such a call gives way to the tool the model weighed next when the model was unsure of it and that
+        one holds a detail the caller's latest words say (app.agent.given_way.GivenWay.instead_of_made_up with
+        `below`)."""
         if self.options.cache != "block" or len(settled) != 1 or not settled[0][0]:
             return False
         name, schemas = settled[0][0], self.toolbox.schemas()
-        return schema_of(name, schemas) is not None and not properties_of(name, schemas) and \
-            not names_tool(name, schemas, latest_words(messages))
+        schema = schema_of(name, schemas)
+        bare = schema is not None and (not properties_of(name, schemas)
+                                       or schema["parameters"].get("required") and not settled[0][1])
+        return bool(bare) and not names_tool(name, schemas, latest_words(messages))
 
     def repeats_last(self, settled: list, messages: list[dict]) -> bool:
         """Whether a turn's one call (as `settled` holds it) is the look-up the agent made for the caller's turn

@@ -318,3 +318,32 @@ def test_an_unasked_transfer_the_model_barely_wrote_is_answered_in_words():
 def test_a_transfer_stands_when_asked_for_when_the_model_is_sure_or_when_nothing_else_was_said(said, names, forced):
     turn = _booked(Torn(names, own=TRANSFER, forced=forced)).respond(said)
     assert [c.name for c in turn.tool_calls] == ["transfer_to_human"]
+
+
+@pytest.mark.parametrize("service, stands", [("nails", True), ("haircut", False)])
+def test_an_unasked_transfer_gives_way_to_a_booking_only_of_a_service_the_business_offers(service, stands):
+    # "the gears are still skipping, I wanna talk to the mechanic who worked on it" (a bike shop) was handed to the
+    # staff (a call 0.66, the transfer 0.58 of it), then given way to a booking of "skipping" (0.16): the caller
+    # heard "We don't offer skipping"
+    booking = format_tool_call("book_appointment", {"name": "Ana Lima", "day": "tuesday", "time": "14:00",
+                                                    "service": service})
+    engine = _MadeUp({"transfer_to_human": 0.58, "book_appointment": 0.16}, own=TRANSFER, forced=booking,
+                     call_share=0.66)
+    turn = _booked(engine).respond(f"I wanna talk to the girl who did my {service} yesterday")
+    assert [c.name for c in turn.tool_calls] == (["transfer_to_human"] if stands else ["book_appointment"])
+
+
+LISTED = format_tool_call("list_appointments", {})   # a call that holds no detail of its tool
+
+
+def test_a_call_written_with_no_details_nobody_asked_for_gives_way_to_the_topic_the_callers_words_name():
+    # "what's the address again, I always forget", after a booking, looked the appointments up with no name
+    # (written bare), and the caller was asked "what name is the appointment under?"
+    address = format_tool_call("business_info", {"topic": "address"})
+    engine = Torn({"list_appointments": 0.5, "business_info": 0.3}, own=LISTED, forced=address)
+    turn = _booked(engine).respond("what's the address again, I always forget")
+    assert [(c.name, c.arguments) for c in turn.tool_calls] == [("business_info", {"topic": "address"})]
+    # asked for by its words ("The caller's upcoming appointments."), it stands and asks for what it lacks
+    turn = _booked(Torn({"list_appointments": 0.5, "business_info": 0.3}, own=LISTED, forced=address)).respond(
+        "and what appointments do I have now")
+    assert turn.tool_calls == [] and turn.reply == ASKING
