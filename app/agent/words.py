@@ -81,6 +81,9 @@ def roots_of(words: list[str]) -> list[str]:
 # kid" (kids haircut), "a cleaning of my teeth" (teeth cleaning), "an adjustment on my brakes" (brake adjustment).
 # Grammar's closed classes, the same for every business: prepositions, then maybe a determiner or a possessive.
 _TURNED_BY = frozenset({"for", "of", "on"})
+# a phrase's last word said first, then what it is: "my wheel is all wobbly" ("wobbly wheel"; "wheel's" reads
+# "wheel", so "my wheel's wobbly" has none of these)
+_BEING = frozenset({"is", "are", "was", "were", "got", "get", "gets", "went", "looks", "feels", "seems", "keeps"})
 _DETERMINERS = POSSESSIVES | {"a", "an", "the", "this", "that", "these", "those", "some"}
 
 
@@ -89,8 +92,10 @@ def phrase_spans(words: list[str], phrase: list[str], roots: list[str] | None = 
     also with other endings (`roots`: `roots_of(words)`, given or computed): a service's name said as a verb's
     participle ("get my teeth cleaned": "teeth cleaning"); and turned around, its last words first, then one of
     `_TURNED_BY`, maybe one of `_DETERMINERS`, then the words before them ("a haircut for a kid": "kids haircut";
-    "eye exams for kids": "kids eye exam"). A single word says itself only: as a verb it is seldom the service
-    ("can you fill me in?" at a dentist's, "filling")."""
+    "eye exams for kids": "kids eye exam"); or its last words first, then maybe one of `_BEING` and one more
+    word, then the words before them ("my back wheel is all wobbly", "my wheel's wobbly": "wobbly wheel"; "I think
+    my tooth is broken": "broken tooth"). A single word says itself only: as a verb it is seldom the service ("can
+    you fill me in?" at a dentist's, "filling")."""
     n = len(phrase)
     spans = [(i, i + n) for i in range(len(words) - n + 1) if n and words[i:i + n] == phrase]
     if n < 2:
@@ -107,4 +112,12 @@ def phrase_spans(words: list[str], phrase: list[str], roots: list[str] | None = 
                 j += 1
             if roots[j:j + first] == before:
                 spans.append((i, j + first))
+        for i in range(len(words) - len(last)):
+            j = i + len(last)
+            if roots[i:j] != last:
+                continue
+            for k in ([j] + ([j + 1, j + 2] if words[j] in _BEING else [])):
+                if roots[k:k + first] == before:
+                    spans.append((i, k + first))
+                    break
     return spans

@@ -62,6 +62,19 @@ def test_a_service_of_several_words_is_named_turned_around_its_last_word_first()
         [s.name for s in optician.services]) == {"kids eye exam": ["kids eye exam"]}
 
 
+def test_a_service_is_named_by_saying_what_the_thing_is():
+    # "my back wheel's wobbly ... can you fix that?" at a bike shop (its wheel truing's alias "wobbly wheel") named no
+    # service, and a booking of it asked "what service would you like?"
+    bikes = load_profile("app/profiles/bike_repair.yaml")
+    assert is_said("wheel truing", ["my back wheel's wobbly, can you fix that?"], bikes)
+    assert is_said("wheel truing", ["my back wheel is all wobbly"], bikes)
+    assert is_said("flat tire repair", ["my tire is flat"], bikes)
+    assert not is_said("wheel truing", ["my wheel is fine but it's wobbly"], bikes)    # what it is, said of another
+    dentist = load_profile("app/profiles/dental_clinic.yaml")
+    assert is_said("emergency exam", ["I think my tooth got broken"], dentist)          # "broken tooth"
+    assert not is_said("emergency exam", ["my tooth is fine"], dentist)
+
+
 
 def test_a_service_a_call_holds_stays_said_when_the_callers_words_left_the_window():
     """A long call's prompt window (Agent.prompt) moved past "a kids cut at 10:30 for Zofia Wojcik"; "ok then 11 for
