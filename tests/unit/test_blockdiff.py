@@ -202,6 +202,9 @@ def test_guessed_tokens_change_the_passes_not_the_reply(with_grammar):
     good = reply(drafted, Oracle(truth.tokens, len(ids), wrong=7))
     assert good.tokens == truth.tokens
     assert good.passes <= truth.passes // 3
+    # and the shares: a guessed token the grammar forces is no choice of the model's either (a name remembered
+    # from an earlier reply, guessed token by token, was dropped as unmeant)
+    assert good.shares == pytest.approx(truth.shares, rel=1e-4)
     for drafter in (Oracle(truth.tokens, len(ids), wrong=1), Drafter()):  # every guess wrong; prompt lookup
         assert reply(drafted, drafter).tokens == truth.tokens
     assert reply(plain, Oracle(truth.tokens, len(ids), wrong=7)).passes == truth.passes  # draft_length 0: off
