@@ -137,15 +137,31 @@ def services_pattern(said: Said, services, runs: list[list[str]] = ()) -> str | 
     return "^(?:" + "|".join(alternatives) + ")$"
 
 
+# Words with which a speaker takes back what they just said ("thursday, sorry, friday"; "no wait"; "I mean").
+_REPAIRS = re.compile(r"\b(?:no|sorry|wait|actually|i mean)\b", re.IGNORECASE)
+
+
 def latest(messages: list[dict], values_in) -> set[str]:
     """The values (`values_in(text)`: the ones a text says) of the caller's latest message that says any, and of
     the agent's spoken replies after it (a time it offered then); empty if the caller said none. A caller who
     changes a detail ("fine, 4:30 then") means the new one: the earlier ones, and the clock times of tool
-    results (the time now, a day's opening hours), are not what they asked for."""
+    results (the time now, a day's opening hours), are not what they asked for. So within one message: the
+    values after its last word of repair (`repaired`)."""
     for i in range(len(messages) - 1, -1, -1):
-        if messages[i]["role"] == "user" and (values := set(values_in(messages[i]["content"]))):
+        if messages[i]["role"] == "user" and (values := set(repaired(messages[i]["content"], values_in))):
             return values.union(*(values_in(m["content"]) for m in messages[i + 1:] if spoken_reply(m)))
     return set()
+
+
+def repaired(text: str, values_in) -> list[str]:
+    """The values `text` says after its last word of repair (`_REPAIRS`) that some follow, else all it says: "I'd
+    like a trim on thursday, sorry, friday, at six thirty" was booked on Thursday, and "what about thursday, no
+    wait, friday, like half past five" checked Thursday (the grammar allowed both days, and the model wrote the
+    first); "no problem, friday at 3" is Friday at 3, and "friday at 3, no problem" too."""
+    for repair in reversed(list(_REPAIRS.finditer(text))):
+        if values := values_in(text[repair.end():]):
+            return list(values)
+    return list(values_in(text))
 
 
 def _said_in(values, text: str, profile) -> list[str]:

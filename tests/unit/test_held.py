@@ -56,6 +56,24 @@ def test_clock_times_are_held_to_those_the_conversation_said():
     assert "time" not in next(s for s in free if s["name"] == "check_availability")["parameters"]["properties"]
 
 
+def test_a_detail_the_caller_takes_back_in_the_same_breath_is_not_held():
+    # "I'd like a trim on thursday, sorry, friday, at six thirty in the evening" was booked on Thursday: the grammar
+    # allowed both days, and the model wrote the first
+    def days_and_times(words):
+        schemas = held(SCHEMAS, [{"role": "user", "content": words}])
+        book = next(s for s in schemas if s["name"] == "book_appointment")["parameters"]["properties"]
+        return book["day"]["enum"], book["time"]["enum"]
+
+    assert days_and_times("I'd like a trim on thursday, sorry, friday, at six thirty in the evening") == (
+        ["friday"], ["18:30"])
+    assert days_and_times("what about thursday, no wait, friday, like half past five") == (
+        ["friday"], ["05:30", "17:30"])
+    assert days_and_times("I can't do monday, sorry. what about tuesday at 2?") == (["tuesday"], ["02:00", "14:00"])
+    # a word of repair that takes nothing back, or before the only values said, changes nothing
+    assert days_and_times("friday at 3, no problem") == (["friday"], ["03:00", "15:00"])
+    assert days_and_times("sorry, is thursday or friday at 4 free?") == (["thursday", "friday"], ["04:00", "16:00"])
+
+
 def test_the_held_grammar_refuses_a_time_nobody_said():
     tokenizer = train_bpe(["<|end|>"])
     schemas = held(SCHEMAS, [{"role": "user", "content": "a haircut Friday at 3:30 pm for Ana"}])
