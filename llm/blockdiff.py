@@ -231,13 +231,13 @@ def _committed(rows: torch.Tensor | list[torch.Tensor], guess: list[int], matche
         if guess and j and guess[j - 1] != new[-1]:
             break  # this row read a guess that was not committed
         if matcher is not None:
-            allowed = matcher.allowed()
-            held_row = row.masked_fill(~allowed, float("-inf"))
+            held_row = row.masked_fill(~matcher.allowed(), float("-inf"))
             held = torch.logsumexp(held_row, -1)
             # a token the grammar forces is no choice of the model's, on a row as after one (share 1.0): a guess
             # of a name remembered from an earlier reply ("P", "aul", "o") read 0.0096 and 0.0015 on the rows the
             # grammar allowed one token, and the caller's name was dropped as unmeant
-            share = 1.0 if int(allowed.sum()) == 1 else torch.exp(held - torch.logsumexp(row, -1)).item()
+            share = 1.0 if forced(matcher, special.stop) is not None else \
+                torch.exp(held - torch.logsumexp(row, -1)).item()
             top, token = held_row.max(dim=-1)
             confidence = torch.exp(top - held)  # the softmax's largest, without the softmax
         else:

@@ -100,7 +100,9 @@ class GivenWay:
         for share, name, written in (t for t in tried if t[0] >= least):
             gen, settled = self.weighed.one_call(messages, replies, cancel, written)
             calls = [(n, arguments) for n, arguments, _ in settled]
-            details = {} if not settled else settled[0][1] if below is None else self._offered(settled[0][1])
+            details = settled[0][1] if settled else {}
+            if below is not None:
+                details = self._offered(details)
             rests = settled and (self.weighed.rests(name, details, messages, on_latest)
                                  or below is not None and self.weighed.names_its_topic(name, details, messages))
             if not settled or settled[0][0] != name or self.check.made_up(calls, settled, messages) or not rests:

@@ -16,8 +16,7 @@ from app.agent.probes import probe, probe_prefix
 from app.agent.protocol import TOOL_CALL_OPEN, TOOL_CALL_RE, token_starts, tokens_over
 from app.agent.held import asked_for, callers_own_runs, fullest, held, known, says_a_value, times_answered
 from app.agent.history import asked_last, latest_words, question_before
-from app.agent.said import (CLOCK_PATTERN, Said, invented, is_free, names_last, names_tool, properties_of, rests_on,
-                            schema_of, settle)
+from app.agent.said import CLOCK_PATTERN, Said, invented, is_free, names_last, names_tool, rests_on, schema_of, settle
 from app.agent.spoken_times import times_in
 from app.agent.words import holds, name_words, value_words
 
@@ -279,8 +278,10 @@ class CallCheck:
             return False
         name, schemas = settled[0][0], self.toolbox.schemas()
         schema = schema_of(name, schemas)
-        bare = schema is not None and (not properties_of(name, schemas)
-                                       or schema["parameters"].get("required") and not settled[0][1])
+        if schema is None:
+            return False
+        parameters = schema["parameters"]
+        bare = not parameters.get("properties") or parameters.get("required") and not settled[0][1]
         return bool(bare) and not names_tool(name, schemas, latest_words(messages))
 
     def repeats_last(self, settled: list, messages: list[dict]) -> bool:

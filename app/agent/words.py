@@ -105,18 +105,14 @@ def phrase_spans(words: list[str], phrase: list[str], roots: list[str] | None = 
     for first in range(1, n):   # the words before wanted[first] go after the preposition
         last, before = wanted[first:], wanted[:first]
         for i in range(len(words) - len(last)):
-            if roots[i:i + len(last)] != last or words[i + len(last)] not in _TURNED_BY:
-                continue
-            j = i + len(last) + 1
-            if j < len(words) and words[j] in _DETERMINERS:
-                j += 1
-            if roots[j:j + first] == before:
-                spans.append((i, j + first))
-        for i in range(len(words) - len(last)):
             j = i + len(last)
             if roots[i:j] != last:
                 continue
-            for k in ([j] + ([j + 1, j + 2] if words[j] in _BEING else [])):
+            if words[j] in _TURNED_BY:   # "a haircut for a kid"
+                k = j + 1 + (j + 1 < len(words) and words[j + 1] in _DETERMINERS)
+                if roots[k:k + first] == before:
+                    spans.append((i, k + first))
+            for k in [j] + ([j + 1, j + 2] if words[j] in _BEING else []):   # "my wheel is all wobbly"
                 if roots[k:k + first] == before:
                     spans.append((i, k + first))
                     break
